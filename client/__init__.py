@@ -1,0 +1,1 @@
+"""FedCure client role (see DESIGN.md, Deployment)."""

@@ -1,0 +1,1 @@
+"""FedCure cloud server role (see DESIGN.md, Deployment)."""

@@ -1,0 +1,1 @@
+"""FedCure edge server role (see DESIGN.md, Deployment)."""

@@ -1,0 +1,51 @@
+"""The ``fedcure`` command line: one sub-command per module in this package.
+
+Each sub-command module exposes ``register(subparsers)``, which adds its parser and sets
+``func(args) -> int`` as the handler. Modules are imported only when listed here, and import their
+heavy dependencies (torch, flwr) inside the handler, so ``fedcure form`` starts fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from fedcure_app.config import ConfigError
+
+#: Sub-command modules, in the order ``fedcure --help`` lists them.
+SUBCOMMANDS: tuple[str, ...] = ("form", "data")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fedcure",
+        description="FedCure: semi-asynchronous hierarchical federated learning on Flower.",
+    )
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name in SUBCOMMANDS:
+        module = importlib.import_module(f"fedcure_app.cli.{name}")
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    level = logging.WARNING - 10 * min(args.verbose, 2)
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args.func(args) or 0)
+    except (ConfigError, ValueError, FileNotFoundError) as err:
+        print(f"fedcure {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"fedcure {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,226 @@
+"""The one configuration schema shared by every role (simulation, cloud, edge, client).
+
+Every knob has a default (the paper's where it gives one), a type and a range check. Field names
+are snake_case in Python; TOML/JSON files and Flower's run-config may use the hyphenated spelling
+(``num-clients``) as well, both are accepted.
+
+Symbols follow the paper and ``DESIGN.md``:
+
+- ℓ (``ell``) and k (``k``): cloud staleness weight ξ = ℓ·k^φ.
+- β (``beta``): latency term weight in the scheduling rule.
+- κ (``kappa``): virtual-queue scale, δ_m = κ·|D_m|/|D|.
+- α (``alpha``), γ (``gamma``), ς (``varsigma``): utility α(1 − c_n/(f·T̂)) − γ f^ς of the
+  CPU-frequency rule (Theorem 2).
+- τ_c (``tau_c``) local steps per edge round, τ_e (``tau_e``) edge rounds per global round.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+FormationRule = Literal["fedcure", "none", "kmeans", "meanshift", "selfish", "pareto"]
+SchedulerName = Literal["fedcure", "greedy", "fair", "random"]
+PartitionName = Literal["edge-noniid", "dirichlet", "iid", "shards"]
+DatasetName = Literal["digits", "mnist", "cifar10", "svhn", "cinic10"]
+ExecutorName = Literal["inprocess", "flower"]
+MethodName = Literal["fedcure", "fedfair", "fedgreedy", "fair", "greedy"]
+
+#: The paper's five methods as (formation rule, scheduler) presets.
+METHOD_PRESETS: dict[str, tuple[str, str]] = {
+    "greedy": ("none", "greedy"),
+    "fair": ("none", "fair"),
+    "fedgreedy": ("fedcure", "greedy"),
+    "fedfair": ("fedcure", "fair"),
+    "fedcure": ("fedcure", "fedcure"),
+}
+
+
+def _alias(name: str) -> str:
+    return name.replace("_", "-")
+
+
+class _Section(BaseModel):
+    """Base for every section: hyphenated aliases, unknown keys rejected, assignment checked."""
+
+    model_config = ConfigDict(
+        alias_generator=_alias,
+        populate_by_name=True,
+        extra="forbid",
+        validate_assignment=True,
+        frozen=False,
+    )
+
+
+class MethodConfig(_Section):
+    """The FedCure method's knobs (paper defaults)."""
+
+    ell: float = Field(0.2, gt=0.0, le=1.0, description="ℓ, base cloud mixing weight")
+    k: float = Field(0.95, gt=0.0, le=1.0, description="k, staleness decay (paper: 0.9–0.99)")
+    beta: float = Field(0.5, ge=0.0, description="β, latency weight of the scheduling rule")
+    kappa: float = Field(1.0, gt=0.0, description="κ, virtual-queue scale: δ_m = κ·|D_m|/|D|")
+    alpha: float = Field(1.0, gt=0.0, description="α, utility weight of finishing fast")
+    gamma: float = Field(0.05, gt=0.0, description="γ, energy price per GHz^ς")
+    varsigma: float = Field(2.0, gt=0.0, description="ς, exponent of the energy term")
+    tau_c: int = Field(5, ge=1, le=100_000, description="τ_c, local steps per edge round")
+    tau_e: int = Field(12, ge=1, le=100_000, description="τ_e, edge rounds per global round")
+    lr: float = Field(0.01, gt=0.0, le=10.0, description="client learning rate")
+    batch_size: int = Field(32, ge=1, le=65_536, description="client mini-batch size")
+    max_concurrent: int | None = Field(
+        None, ge=1, description="K, coalitions training at once; None means ⌈M/2⌉"
+    )
+    formation: FormationRule = Field("fedcure", description="coalition formation rule")
+    scheduler: SchedulerName = Field("fedcure", description="coalition scheduler")
+
+
+class FederationConfig(_Section):
+    """Who takes part: clients, edge servers, classes."""
+
+    num_clients: int = Field(50, ge=1, le=1_000_000)
+    num_edges: int = Field(5, ge=1, le=100_000)
+    num_classes: int = Field(10, ge=2, le=100_000)
+
+    @model_validator(mode="after")
+    def _edges_not_more_than_clients(self) -> "FederationConfig":
+        if self.num_edges > self.num_clients:
+            raise ValueError(
+                f"num_edges ({self.num_edges}) > num_clients ({self.num_clients}): "
+                "every edge server needs at least one client"
+            )
+        return self
+
+
+class DataConfig(_Section):
+    """Which data and how it is split among clients."""
+
+    dataset: DatasetName = "digits"
+    data_dir: str | None = Field(None, description="root holding the dataset files")
+    partition: PartitionName = "edge-noniid"
+    dirichlet_alpha: float = Field(0.5, gt=0.0, description="concentration for 'dirichlet'")
+    shards_per_client: int = Field(2, ge=1, description="shards per client for 'shards'")
+    classes_per_edge: int = Field(2, ge=1, description="classes per ES for 'edge-noniid'")
+
+
+class RunConfig(_Section):
+    """How long and how reproducibly to run."""
+
+    global_rounds: int = Field(100, ge=1, le=10_000_000)
+    eval_every: int = Field(5, ge=1)
+    seed: int = Field(0, ge=0, le=2**32 - 1)
+    executor: ExecutorName = "inprocess"
+    latency_jitter: float = Field(0.1, ge=0.0, le=5.0, description="relative latency jitter")
+
+
+class FedCureConfig(_Section):
+    """The whole configuration: one object for every role."""
+
+    method: MethodConfig = Field(default_factory=MethodConfig)
+    federation: FederationConfig = Field(default_factory=FederationConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
+    run: RunConfig = Field(default_factory=RunConfig)
+
+    @model_validator(mode="after")
+    def _concurrency_fits(self) -> "FedCureConfig":
+        k = self.method.max_concurrent
+        m = self.federation.num_edges
+        if k is not None and k > m:
+            raise ValueError(
+                f"max_concurrent K={k} exceeds the number of coalitions M={m}; use K <= {m}"
+            )
+        return self
+
+    @property
+    def concurrency(self) -> int:
+        """K, the number of coalitions allowed to train at once (default ⌈M/2⌉)."""
+        if self.method.max_concurrent is not None:
+            return self.method.max_concurrent
+        return max(1, math.ceil(self.federation.num_edges / 2))
+
+    def with_method_preset(self, name: str) -> "FedCureConfig":
+        """Return a copy with formation and scheduler set from one of the paper's methods."""
+        try:
+            formation, scheduler = METHOD_PRESETS[name.lower()]
+        except KeyError:
+            raise ConfigError(
+                f"unknown method {name!r}; choose one of {', '.join(METHOD_PRESETS)}"
+            ) from None
+        new = self.model_copy(deep=True)
+        new.method.formation = formation  # type: ignore[assignment]
+        new.method.scheduler = scheduler  # type: ignore[assignment]
+        return new
+
+
+class ConfigError(ValueError):
+    """A configuration problem, phrased as one line a person can act on."""
+
+
+def _one_line(err: ValidationError) -> str:
+    parts = []
+    for e in err.errors():
+        loc = ".".join(str(x) for x in e["loc"]) or "config"
+        msg = e["msg"]
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key"
+        parts.append(f"{loc}: {msg}")
+    return "invalid configuration: " + "; ".join(parts)
+
+
+def build_config(data: dict[str, Any] | None = None) -> FedCureConfig:
+    """Validate a nested mapping into a :class:`FedCureConfig`, raising :class:`ConfigError`."""
+    try:
+        return FedCureConfig.model_validate(data or {})
+    except ValidationError as err:
+        raise ConfigError(_one_line(err)) from None
+
+
+def load_config(path: str | Path) -> FedCureConfig:
+    """Read a TOML or JSON configuration file (sections ``method``, ``federation``, ``data``, ``run``)."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"configuration file not found: {p}")
+    try:
+        if p.suffix.lower() == ".json":
+            data = json.loads(p.read_text())
+        else:
+            data = tomllib.loads(p.read_text())
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as err:
+        raise ConfigError(f"cannot parse {p}: {err}") from None
+    return build_config(data)
+
+
+#: Flat (Flower run-config style) key -> (section, field) for every knob.
+def flat_keys() -> dict[str, tuple[str, str]]:
+    """Map every hyphenated flat key (``num-clients``) to its (section, field)."""
+    out: dict[str, tuple[str, str]] = {}
+    for section, model in FedCureConfig.model_fields.items():
+        sub = model.annotation
+        for name in sub.model_fields:  # type: ignore[union-attr]
+            out[_alias(name)] = (section, name)
+    return out
+
+
+def apply_flat(cfg: FedCureConfig, flat: dict[str, Any]) -> FedCureConfig:
+    """Return a copy of ``cfg`` with flat overrides (``{"num-clients": 10}``) applied and checked.
+
+    The key ``method`` (a preset name such as ``fedcure``) is also accepted. Unknown keys raise
+    :class:`ConfigError`.
+    """
+    keys = flat_keys()
+    data = cfg.model_dump()
+    preset = None
+    for key, value in flat.items():
+        k = key.replace("_", "-")
+        if k == "method":
+            preset = str(value)
+            continue
+        if k not in keys:
+            raise ConfigError(f"unknown configuration key {key!r}")
+        section, name = keys[k]
+        data[section][name] = value
+    out = build_config(data)
+    return out.with_method_preset(preset) if preset else out

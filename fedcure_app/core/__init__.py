@@ -1,0 +1,1 @@
+"""Pure FedCure algorithms: numpy/scipy only, no torch, no I/O."""
