@@ -1,0 +1,19 @@
+"""Errors raised while locating, reading or caching a dataset.
+
+Every message is one line that names the file (or directory) at fault and what to do about it, so
+the CLI can print it as is. All are :class:`ValueError` subclasses.
+"""
+
+from __future__ import annotations
+
+
+class DatasetError(ValueError):
+    """A dataset cannot be loaded; the message says which file and why."""
+
+
+class MissingDatasetError(DatasetError):
+    """The dataset's directory or files are not where they were looked for."""
+
+
+class CorruptDatasetError(DatasetError):
+    """A dataset file exists but cannot be parsed (bad magic, wrong length, bad compression…)."""
