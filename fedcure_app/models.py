@@ -1,0 +1,197 @@
+"""The paper's CNNs, and moving their weights in and out as numpy arrays.
+
+Architectures (inputs are NCHW float32):
+
+- ``digits`` (1×8×8, scikit-learn digits): conv 1→16 3×3 (pad 1), pool 2, conv 16→32 3×3 (pad 1),
+  pool 2, fc 128→10.
+- ``mnist`` (1×28×28): conv 1→32 5×5, pool 2, conv 32→64 5×5, pool 2, fc 1024→10
+  (two conv, two pooling, one fully connected layer, as in the paper).
+- ``cifar10`` / ``svhn`` / ``cinic10`` (3×32×32): conv 3→32 5×5, conv 32→64 5×5, pool 2,
+  fc 9216→128→64→10 (two conv, one pooling, three fully connected layers, as in the paper).
+
+No layer is stochastic (no dropout, no batch norm), so training is a deterministic function of
+the initial weights and the batch order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+#: Input shape (C, H, W) of each dataset's samples.
+INPUT_SHAPES: dict[str, tuple[int, int, int]] = {
+    "digits": (1, 8, 8),
+    "mnist": (1, 28, 28),
+    "cifar10": (3, 32, 32),
+    "svhn": (3, 32, 32),
+    "cinic10": (3, 32, 32),
+}
+
+#: The architecture each dataset uses (the three 3×32×32 datasets share one).
+ARCHITECTURES: dict[str, str] = {
+    "digits": "digits",
+    "mnist": "mnist",
+    "cifar10": "cifar10",
+    "svhn": "cifar10",
+    "cinic10": "cifar10",
+}
+
+
+class DigitsCNN(nn.Sequential):
+    """Small CNN for 1×8×8 inputs: two 3×3 conv + pool blocks and one linear layer."""
+
+    def __init__(self, num_classes: int = 10) -> None:
+        super().__init__(
+            nn.Conv2d(1, 16, kernel_size=3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),  # 8 -> 4
+            nn.Conv2d(16, 32, kernel_size=3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),  # 4 -> 2
+            nn.Flatten(),
+            nn.Linear(32 * 2 * 2, num_classes),
+        )
+
+
+class MnistCNN(nn.Sequential):
+    """The paper's MNIST CNN: two 5×5 conv layers, two 2×2 max-pools, one linear layer."""
+
+    def __init__(self, num_classes: int = 10) -> None:
+        super().__init__(
+            nn.Conv2d(1, 32, kernel_size=5),  # 28 -> 24
+            nn.ReLU(),
+            nn.MaxPool2d(2),  # 24 -> 12
+            nn.Conv2d(32, 64, kernel_size=5),  # 12 -> 8
+            nn.ReLU(),
+            nn.MaxPool2d(2),  # 8 -> 4
+            nn.Flatten(),
+            nn.Linear(64 * 4 * 4, num_classes),
+        )
+
+
+class Cifar10CNN(nn.Sequential):
+    """The paper's 3×32×32 CNN: two 5×5 conv layers, one 2×2 max-pool, three linear layers."""
+
+    def __init__(self, num_classes: int = 10) -> None:
+        super().__init__(
+            nn.Conv2d(3, 32, kernel_size=5),  # 32 -> 28
+            nn.ReLU(),
+            nn.Conv2d(32, 64, kernel_size=5),  # 28 -> 24
+            nn.ReLU(),
+            nn.MaxPool2d(2),  # 24 -> 12
+            nn.Flatten(),
+            nn.Linear(64 * 12 * 12, 128),
+            nn.ReLU(),
+            nn.Linear(128, 64),
+            nn.ReLU(),
+            nn.Linear(64, num_classes),
+        )
+
+
+_BUILDERS: dict[str, type[nn.Module]] = {
+    "digits": DigitsCNN,
+    "mnist": MnistCNN,
+    "cifar10": Cifar10CNN,
+}
+
+
+def build_model(dataset: str, num_classes: int = 10) -> nn.Module:
+    """Build the CNN for ``dataset`` (digits, mnist, cifar10, svhn, cinic10), on the CPU, float32.
+
+    Initial weights come from torch's global RNG: seed it (``torch.manual_seed``) for a
+    reproducible start, or copy weights from another model with :func:`set_weights`.
+    """
+    key = dataset.lower()
+    if key not in ARCHITECTURES:
+        raise ValueError(
+            f"unknown dataset {dataset!r}; choose one of {', '.join(ARCHITECTURES)}"
+        )
+    if int(num_classes) != num_classes or num_classes < 2:
+        raise ValueError(f"num_classes must be an integer >= 2, got {num_classes!r}")
+    return _BUILDERS[ARCHITECTURES[key]](int(num_classes))
+
+
+def get_weights(model: nn.Module) -> list[np.ndarray]:
+    """The model's state (parameters and buffers) as numpy arrays, in ``state_dict`` order.
+
+    The arrays are copies: later training does not change them.
+    """
+    return [t.detach().cpu().numpy().copy() for t in model.state_dict().values()]
+
+
+def set_weights(model: nn.Module, arrays: Sequence[np.ndarray]) -> None:
+    """Load numpy arrays into the model's state, in ``state_dict`` order, in place.
+
+    Raises ``ValueError`` naming the first entry whose count or shape does not match; nothing is
+    changed in that case. Values are cast to each tensor's dtype.
+    """
+    state = model.state_dict()
+    if len(arrays) != len(state):
+        raise ValueError(
+            f"set_weights: got {len(arrays)} arrays but the model has {len(state)} tensors "
+            f"({', '.join(state)})"
+        )
+    for (name, tensor), arr in zip(state.items(), arrays):
+        shape = tuple(np.shape(arr))
+        if shape != tuple(tensor.shape):
+            raise ValueError(
+                f"set_weights: shape mismatch for {name!r}: model has {tuple(tensor.shape)}, "
+                f"got {shape}"
+            )
+    with torch.no_grad():
+        for tensor, arr in zip(state.values(), arrays):
+            tensor.copy_(torch.as_tensor(np.asarray(arr)))
+
+
+def model_num_params(model: nn.Module) -> int:
+    """Number of trainable parameters (scalars)."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def model_num_bytes(model: nn.Module) -> int:
+    """Size of the model's state (parameters and buffers) in bytes, as sent over the network."""
+    return sum(t.numel() * t.element_size() for t in model.state_dict().values())
+
+
+def forward_flops(model: nn.Module, input_shape: tuple[int, ...]) -> int:
+    """Floating-point operations (multiply and add counted separately) of one sample's forward pass.
+
+    Counts convolutions and linear layers (2·MACs plus the bias adds); activations and pooling
+    are ignored (under 1 % for these models). ``input_shape`` is (C, H, W) without the batch.
+    """
+    total = 0
+
+    def conv_hook(mod: nn.Conv2d, _inp: tuple[torch.Tensor, ...], out: torch.Tensor) -> None:
+        nonlocal total
+        k = mod.in_channels // mod.groups * mod.kernel_size[0] * mod.kernel_size[1]
+        outs = out.numel() // out.shape[0]
+        total += outs * (2 * k - 1 + (1 if mod.bias is not None else 0))
+
+    def linear_hook(mod: nn.Linear, _inp: tuple[torch.Tensor, ...], out: torch.Tensor) -> None:
+        nonlocal total
+        outs = out.numel() // out.shape[0]
+        total += outs * (2 * mod.in_features - 1 + (1 if mod.bias is not None else 0))
+
+    handles = []
+    for mod in model.modules():
+        if isinstance(mod, nn.Conv2d):
+            handles.append(mod.register_forward_hook(conv_hook))
+        elif isinstance(mod, nn.Linear):
+            handles.append(mod.register_forward_hook(linear_hook))
+    try:
+        with torch.inference_mode():
+            model(torch.zeros((1, *input_shape)))
+    finally:
+        for h in handles:
+            h.remove()
+    return total
+
+
+def train_flops_per_sample(dataset: str) -> int:
+    """FLOPs of one training sample (forward + backward ≈ 3 × forward) for ``dataset``'s CNN."""
+    key = dataset.lower()
+    model = build_model(key)
+    return 3 * forward_flops(model, INPUT_SHAPES[key])

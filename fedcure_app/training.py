@@ -1,0 +1,243 @@
+"""Local training and evaluation: the hot loop every client runs, whatever drives it.
+
+Lean on purpose: the data are turned into tensors once per call (numpy arrays are wrapped with
+``torch.from_numpy``, no copy when already float32/int64), mini-batches are gathered by index from
+a seeded ``torch.Generator`` permutation (without replacement within an epoch, a fresh permutation
+for every epoch), and there is no DataLoader and no worker process. Thread count is set once per
+process by :func:`configure_threads`, not per call.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+logger = logging.getLogger(__name__)
+
+ArrayLike = torch.Tensor | np.ndarray
+
+_threads_configured: int | None = None
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """Outcome of :func:`train_local`.
+
+    ``loss``: mean over the steps of each mini-batch's mean cross-entropy (nats);
+    ``samples``: samples processed (with repeats across epochs); ``steps``: optimiser steps;
+    ``seconds``: measured wall time of the loop (s).
+    """
+
+    loss: float
+    samples: int
+    steps: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """Outcome of :func:`evaluate`.
+
+    ``loss``: mean cross-entropy (nats); ``accuracy`` in [0, 1]; ``samples`` evaluated;
+    ``seconds``: measured wall time (s).
+    """
+
+    loss: float
+    accuracy: float
+    samples: int
+    seconds: float
+
+
+def _available_cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def configure_threads(n: int | None = None) -> int:
+    """Set torch's intra-op thread count once for this process and return it.
+
+    ``n`` defaults to ``$FEDCURE_NUM_THREADS``, else ``$OMP_NUM_THREADS``, else the number of cores
+    this process may run on. :func:`train_local` calls this with the default on its first use
+    unless it was called before.
+    """
+    global _threads_configured
+    if n is None:
+        for var in ("FEDCURE_NUM_THREADS", "OMP_NUM_THREADS"):
+            value = os.environ.get(var, "").strip()
+            if value:
+                try:
+                    n = int(value)
+                except ValueError:
+                    raise ValueError(f"${var} must be an integer, got {value!r}") from None
+                break
+        else:
+            n = _available_cores()
+    if n < 1:
+        raise ValueError(f"thread count must be >= 1, got {n}")
+    if torch.get_num_threads() != n:
+        torch.set_num_threads(n)
+    _threads_configured = n
+    logger.debug("torch intra-op threads: %d", n)
+    return n
+
+
+def _ensure_threads() -> None:
+    if _threads_configured is None:
+        configure_threads()
+
+
+def _model_device(model: nn.Module) -> torch.device:
+    for p in model.parameters():
+        return p.device
+    return torch.device("cpu")
+
+
+def _features(x: ArrayLike, device: torch.device) -> torch.Tensor:
+    """Inputs as a float32 tensor on ``device``; float32 input is used without a copy."""
+    if isinstance(x, np.ndarray):
+        if x.dtype != np.float32:
+            x = x.astype(np.float32)
+        t = torch.from_numpy(np.ascontiguousarray(x))
+    elif isinstance(x, torch.Tensor):
+        t = x if x.dtype == torch.float32 else x.float()
+    else:
+        raise TypeError(f"inputs must be a torch.Tensor or numpy array, got {type(x).__name__}")
+    return t.to(device)
+
+
+def _labels(y: ArrayLike, device: torch.device) -> torch.Tensor:
+    """Labels as an int64 tensor on ``device``."""
+    if isinstance(y, np.ndarray):
+        if y.dtype != np.int64:
+            y = y.astype(np.int64)
+        t = torch.from_numpy(np.ascontiguousarray(y))
+    elif isinstance(y, torch.Tensor):
+        t = y if y.dtype == torch.int64 else y.long()
+    else:
+        raise TypeError(f"labels must be a torch.Tensor or numpy array, got {type(y).__name__}")
+    return t.to(device)
+
+
+def _check_pair(x: torch.Tensor, y: torch.Tensor) -> int:
+    if y.dim() != 1:
+        raise ValueError(f"labels must be one-dimensional, got shape {tuple(y.shape)}")
+    n = x.shape[0] if x.dim() else 0
+    if n != y.shape[0]:
+        raise ValueError(f"{n} inputs but {y.shape[0]} labels")
+    if n == 0:
+        raise ValueError("no samples")
+    return n
+
+
+def train_local(
+    model: nn.Module,
+    x: ArrayLike,
+    y: ArrayLike,
+    *,
+    steps: int | None = None,
+    epochs: int | None = None,
+    lr: float,
+    batch_size: int = 32,
+    seed: int = 0,
+    momentum: float = 0.0,
+) -> TrainResult:
+    """Train ``model`` in place with plain SGD on (x, y) for ``steps`` mini-batches or ``epochs``.
+
+    Give exactly one of ``steps``/``epochs``. Batches walk through a seeded permutation of the
+    samples; every epoch (⌈n/batch_size⌉ batches, the last one possibly short) draws a new
+    permutation, so ``epochs=E`` is the same run as ``steps=E·⌈n/batch_size⌉``. With the same
+    seed and the same initial weights the resulting weights are bit-identical (same thread count).
+    The optimiser (and its momentum buffer) is fresh on every call. With zero steps the weights
+    are untouched and the reported loss is NaN.
+    """
+    if (steps is None) == (epochs is None):
+        raise ValueError("give exactly one of steps or epochs")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if not lr > 0:
+        raise ValueError(f"lr must be > 0, got {lr}")
+    if momentum < 0:
+        raise ValueError(f"momentum must be >= 0, got {momentum}")
+    _ensure_threads()
+    device = _model_device(model)
+    xt = _features(x, device)
+    yt = _labels(y, device)
+    n = _check_pair(xt, yt)
+    per_epoch = math.ceil(n / batch_size)
+    if epochs is not None:
+        if epochs < 0:
+            raise ValueError(f"epochs must be >= 0, got {epochs}")
+        steps = epochs * per_epoch
+    assert steps is not None
+    if steps < 0:
+        raise ValueError(f"steps must be >= 0, got {steps}")
+
+    gen = torch.Generator(device="cpu")
+    gen.manual_seed(int(seed))
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+    model.train()
+
+    total_loss = 0.0
+    samples = 0
+    perm = torch.empty(0, dtype=torch.int64)
+    batch_in_epoch = per_epoch  # forces a fresh permutation on the first step
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        if batch_in_epoch >= per_epoch:
+            perm = torch.randperm(n, generator=gen).to(device)
+            batch_in_epoch = 0
+        idx = perm[batch_in_epoch * batch_size : (batch_in_epoch + 1) * batch_size]
+        batch_in_epoch += 1
+        xb = xt.index_select(0, idx)
+        yb = yt.index_select(0, idx)
+        optimizer.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(xb), yb)
+        loss.backward()
+        optimizer.step()
+        total_loss += loss.item()
+        samples += idx.shape[0]
+    seconds = time.perf_counter() - t0
+    mean_loss = total_loss / steps if steps else float("nan")
+    return TrainResult(loss=mean_loss, samples=samples, steps=steps, seconds=seconds)
+
+
+def evaluate(model: nn.Module, x: ArrayLike, y: ArrayLike, *, batch_size: int = 256) -> EvalResult:
+    """Mean cross-entropy (nats) and accuracy of ``model`` on (x, y), without gradients.
+
+    The model is put in eval mode for the pass and its previous mode restored afterwards.
+    The default batch of 256 keeps activations in cache: on a 2-core x86 the MNIST CNN
+    evaluates ≈ 1.8× faster than at 1024.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    _ensure_threads()
+    device = _model_device(model)
+    xt = _features(x, device)
+    yt = _labels(y, device)
+    n = _check_pair(xt, yt)
+    was_training = model.training
+    model.eval()
+    total_loss = 0.0
+    correct = 0
+    t0 = time.perf_counter()
+    try:
+        with torch.inference_mode():
+            for start in range(0, n, batch_size):
+                logits = model(xt[start : start + batch_size])
+                yb = yt[start : start + batch_size]
+                total_loss += F.cross_entropy(logits, yb, reduction="sum").item()
+                correct += int((logits.argmax(dim=1) == yb).sum().item())
+    finally:
+        model.train(was_training)
+    seconds = time.perf_counter() - t0
+    return EvalResult(loss=total_loss / n, accuracy=correct / n, samples=n, seconds=seconds)
