@@ -1,0 +1,207 @@
+"""Flower run-config ↔ :class:`~fedcure_app.config.FedCureConfig`, shared by both Flower apps.
+
+Under ``flwr run`` both the ServerApp and every ClientApp see ``context.run_config``: the
+``[tool.flwr.app.config]`` table of ``pyproject.toml`` with the ``--run-config`` overrides fused
+in. Its keys are the flat configuration keys of :func:`fedcure_app.config.apply_flat`
+(``num-clients``, ``tau-e``, ``method``…) plus a few *app options* that are not method knobs
+(:data:`APP_OPTION_DEFAULTS`: ``out-dir``, ``role``, ``cpufreq``, timeouts).
+
+Flower's run config holds only bool/int/float/str, so "unset" is spelled in-band:
+
+- ``""`` for the optional strings (``data-dir``, ``profiles-file``, ``formation``, ``scheduler``)
+  and for ``mix`` (a comma-separated list of device presets, ``""`` = every preset);
+- ``0`` for ``max-concurrent`` (= ⌈M/2⌉).
+
+``formation``/``scheduler``, when set, are applied *after* the ``method`` preset, so
+``--run-config "method='fedcure' scheduler='random'"`` means FedCure's coalitions with a random
+scheduler.
+
+This module also holds what a ClientApp must compute exactly as
+:func:`fedcure_app.simulation.engine.build_federation` does (the partition and the simulated
+device population), so that client id ``n`` under Flower holds the same data and device as
+client ``n`` in-process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fedcure_app.config import ConfigError, FedCureConfig, apply_flat
+
+#: Run-config keys that are not FedCure configuration knobs, with their defaults.
+APP_OPTION_DEFAULTS: dict[str, Any] = {
+    # where the ServerApp writes result.json and the plots (relative: to its working directory)
+    "out-dir": "results/flwr",
+    # what the ServerApp runs: "simulation" (the whole hierarchy on a simulated clock);
+    # "edge" (deployment: one ES serving its coalition for the cloud) comes later
+    "role": "simulation",
+    # how a ClientApp applies its frequency directive: "emulate" | "sysfs" | "off"
+    # (a SuperNode's node-config key "cpufreq" overrides it)
+    "cpufreq": "emulate",
+    # seconds an edge round waits for its clients' replies (0 = no limit)
+    "edge-timeout": 0.0,
+    # seconds between two pulls of the replies
+    "poll-interval": 0.01,
+    # seconds to wait for the SuperNodes to register (and answer the id query)
+    "discovery-timeout": 120.0,
+}
+
+#: Optional string knobs for which ``""`` means "unset".
+_EMPTY_IS_UNSET = ("data-dir", "profiles-file", "formation", "scheduler", "method", "mix")
+ROLES = ("simulation", "edge")
+
+
+@dataclass(frozen=True)
+class AppOptions:
+    """The non-configuration run-config keys, typed (see :data:`APP_OPTION_DEFAULTS`)."""
+
+    out_dir: str = APP_OPTION_DEFAULTS["out-dir"]
+    role: str = APP_OPTION_DEFAULTS["role"]
+    cpufreq: str = APP_OPTION_DEFAULTS["cpufreq"]
+    edge_timeout_s: float | None = None
+    poll_interval_s: float = APP_OPTION_DEFAULTS["poll-interval"]
+    discovery_timeout_s: float = APP_OPTION_DEFAULTS["discovery-timeout"]
+
+
+def _norm(key: str) -> str:
+    return key.replace("_", "-")
+
+
+def app_options(run_config: Mapping[str, Any]) -> AppOptions:
+    """The app options of a run config (defaults where absent), checked."""
+    rc = {_norm(k): v for k, v in run_config.items()}
+    get = lambda k: rc.get(k, APP_OPTION_DEFAULTS[k])  # noqa: E731
+    role = str(get("role"))
+    if role not in ROLES:
+        raise ConfigError(f"unknown role {role!r}; choose one of {', '.join(ROLES)}")
+    cpufreq = str(get("cpufreq"))
+    if cpufreq not in ("emulate", "sysfs", "off"):
+        raise ConfigError(f"unknown cpufreq {cpufreq!r}; choose emulate, sysfs or off")
+    try:
+        timeout = float(get("edge-timeout"))
+        poll = float(get("poll-interval"))
+        discovery = float(get("discovery-timeout"))
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"invalid app option: {err}") from None
+    if timeout < 0 or poll <= 0 or discovery <= 0:
+        raise ConfigError(
+            "edge-timeout must be >= 0 (0 = no limit), poll-interval and discovery-timeout > 0"
+        )
+    out_dir = str(get("out-dir")) or APP_OPTION_DEFAULTS["out-dir"]
+    return AppOptions(
+        out_dir=out_dir, role=role, cpufreq=cpufreq,
+        edge_timeout_s=timeout if timeout > 0 else None,
+        poll_interval_s=poll, discovery_timeout_s=discovery,
+    )
+
+
+def config_from_run_config(
+    run_config: Mapping[str, Any], base: FedCureConfig | None = None
+) -> FedCureConfig:
+    """The :class:`FedCureConfig` described by a Flower run config.
+
+    App options (:data:`APP_OPTION_DEFAULTS`) are skipped; unknown keys raise
+    :class:`~fedcure_app.config.ConfigError` (via :func:`apply_flat`).
+    """
+    flat: dict[str, Any] = {}
+    for key, value in run_config.items():
+        k = _norm(key)
+        if k in APP_OPTION_DEFAULTS:
+            continue
+        if k in _EMPTY_IS_UNSET and (value is None or value == ""):
+            continue
+        if k == "max-concurrent" and value in (0, None):
+            continue
+        if k == "mix":
+            value = [s.strip() for s in str(value).split(",") if s.strip()]
+        flat[k] = value
+    late = {k: flat.pop(k) for k in ("formation", "scheduler") if k in flat}
+    cfg = apply_flat(base or FedCureConfig(), flat)
+    return apply_flat(cfg, late) if late else cfg
+
+
+def data_key(cfg: FedCureConfig) -> tuple:
+    """What a client's data depend on: equal keys, equal partitions (a cache key)."""
+    d, f = cfg.data, cfg.federation
+    return (d.dataset, d.data_dir, d.partition, d.dirichlet_alpha, d.shards_per_client,
+            d.classes_per_edge, f.num_clients, f.num_edges, cfg.run.seed)
+
+
+def client_key(cfg: FedCureConfig) -> tuple:
+    """What a ClientApp's data *and* simulated device depend on."""
+    dev = cfg.devices
+    return data_key(cfg) + (tuple(dev.mix) if dev.mix else None, dev.profiles_file)
+
+
+def client_fingerprint(cfg: FedCureConfig) -> str:
+    """A short digest of :func:`client_key`: the ServerApp sends it with every task, and a
+    ClientApp whose run config describes different clients refuses to train."""
+    import hashlib
+
+    return hashlib.blake2b(repr(client_key(cfg)).encode(), digest_size=8).hexdigest()
+
+
+def partition_for(cfg: FedCureConfig, dataset: Any) -> Any:
+    """The client partition of ``cfg`` over ``dataset`` (shared by the engine and the Flower apps)."""
+    from fedcure_app.data.partition import partition_dataset
+
+    fed = cfg.federation
+    return partition_dataset(
+        dataset.y_train, fed.num_clients, fed.num_edges, cfg.data.partition,
+        seed=cfg.run.seed, alpha=cfg.data.dirichlet_alpha,
+        shards_per_client=cfg.data.shards_per_client,
+        classes_per_edge=cfg.data.classes_per_edge, num_classes=dataset.num_classes,
+    )
+
+
+def profiles_for(cfg: FedCureConfig) -> list:
+    """The simulated device profile of every client (shared by the engine and the Flower apps)."""
+    from fedcure_app.devices import load_profiles, sample_population
+
+    n = cfg.federation.num_clients
+    if cfg.devices.profiles_file:
+        profiles = load_profiles(cfg.devices.profiles_file)
+        if len(profiles) < n:
+            rng = np.random.default_rng(cfg.run.seed)
+            profiles = [profiles[i] for i in rng.integers(0, len(profiles), n)]
+    else:
+        profiles = sample_population(n, seed=cfg.run.seed, mix=cfg.devices.mix)
+    return list(profiles[:n])
+
+
+def default_run_config() -> dict[str, Any]:
+    """A complete flat run config with every knob at its default (for tests and helpers).
+
+    Mirrors what ``[tool.flwr.app.config]`` may hold: every configuration key plus the app
+    options, with "unset" spelled as described in the module docstring.
+    """
+    return run_config_from_config(FedCureConfig())
+
+
+def run_config_from_config(cfg: FedCureConfig) -> dict[str, Any]:
+    """The flat Flower run config that describes ``cfg`` (inverse of :func:`config_from_run_config`
+    for every knob), plus the app options at their defaults."""
+    from fedcure_app.config import flat_keys
+
+    out: dict[str, Any] = {"method": ""}
+    for key, (section, name) in flat_keys().items():
+        value = getattr(getattr(cfg, section), name)
+        if value is None:
+            value = 0 if key == "max-concurrent" else ""
+        elif isinstance(value, list):
+            value = ",".join(value)
+        out[key] = value
+    out.update(APP_OPTION_DEFAULTS)
+    return out
+
+
+__all__ = [
+    "APP_OPTION_DEFAULTS", "AppOptions", "app_options", "client_fingerprint", "client_key",
+    "run_config_from_config",
+    "config_from_run_config", "data_key",
+    "default_run_config", "partition_for", "profiles_for",
+]

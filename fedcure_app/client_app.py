@@ -1,0 +1,214 @@
+"""Flower ClientApp: local training of one FedCure client, applying its CPU-frequency directive.
+
+Handlers (message contents in :mod:`fedcure_app.edge`):
+
+- ``train``: loads the model sent in ``"arrays"``, trains ``tau-c`` local steps with
+  :func:`fedcure_app.training.train_local` (same seed, same data as the in-process executor),
+  applies the ``freq-ghz`` directive through a frequency actuator and replies with the model and
+  a MetricRecord (``num-examples`` = |D_n|, ``samples``, ``seconds`` (stretched by the actuator),
+  ``f-applied-ghz``, ``loss``).
+- ``query``: replies with the node's identity (``partition-id``, ``num-partitions`` and/or
+  ``client-id`` from its node config), from which the server maps client id → node id.
+- ``evaluate``: loss and accuracy of the sent model on the client's own training data.
+
+Which data a client holds: the run config names the dataset and the partition (the same flat
+keys as :func:`fedcure_app.config.apply_flat`, see :mod:`fedcure_app.app_config`); the client's
+id comes from the message's ``client-id`` (in simulation it equals the node's
+``partition-id``). Dataset, partition, device profiles and per-client tensors are cached at
+module level, keyed by the run-config values they depend on, since simulation actors persist
+across messages.
+
+Frequency control: ``cpufreq`` from the node config, else from the run config (``emulate``
+by default): ``emulate`` stretches the measured time to what the directed frequency would take
+on the client's simulated device profile, ``sysfs`` writes cpufreq (falling back to emulation
+when not allowed), ``off`` ignores the directive.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+
+from fedcure_app.app_config import (
+    app_options,
+    client_fingerprint,
+    client_key,
+    config_from_run_config,
+    partition_for,
+    profiles_for,
+)
+from fedcure_app.config import FedCureConfig
+from fedcure_app.devices import FrequencyActuator, make_actuator
+from fedcure_app.models import build_model, get_weights, set_weights
+from fedcure_app.training import evaluate, train_local
+
+log = logging.getLogger(__name__)
+
+app = ClientApp()
+
+
+@dataclass
+class _ClientState:
+    """What one run config's clients share inside a process (an actor or a SuperNode)."""
+
+    cfg: FedCureConfig
+    fingerprint: str
+    dataset: Any
+    client_indices: list[np.ndarray]
+    profiles: list[Any]
+    model: torch.nn.Module
+    tensors: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+    actuators: dict[tuple[int, str], FrequencyActuator] = field(default_factory=dict)
+
+    def data(self, client: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Client ``client``'s (x, y) tensors, sliced once (as the in-process executor does)."""
+        if client not in self.tensors:
+            idx = torch.from_numpy(np.asarray(self.client_indices[client], dtype=np.int64))
+            x = torch.from_numpy(self.dataset.x_train)[idx].contiguous()
+            y = torch.from_numpy(self.dataset.y_train)[idx].contiguous()
+            self.tensors[client] = (x, y)
+        return self.tensors[client]
+
+    def actuator(self, client: int, kind: str) -> FrequencyActuator:
+        key = (client, kind)
+        if key not in self.actuators:
+            self.actuators[key] = make_actuator(kind, self.profiles[client])
+        return self.actuators[key]
+
+
+_lock = threading.Lock()
+_configs: dict[tuple, FedCureConfig] = {}
+_states: dict[tuple, _ClientState] = {}
+
+
+def _config(run_config: dict[str, Any]) -> FedCureConfig:
+    key = tuple(sorted(run_config.items()))
+    cfg = _configs.get(key)
+    if cfg is None:
+        cfg = config_from_run_config(run_config)
+        _configs[key] = cfg
+    return cfg
+
+
+def client_state(cfg: FedCureConfig) -> _ClientState:
+    """The cached dataset/partition/devices/model for ``cfg`` (loaded on first use)."""
+    key = client_key(cfg)
+    with _lock:
+        state = _states.get(key)
+        if state is None:
+            from fedcure_app.data import load_dataset
+
+            dataset = load_dataset(cfg.data.dataset, cfg.data.data_dir)
+            part = partition_for(cfg, dataset)
+            state = _ClientState(
+                cfg=cfg,
+                fingerprint=client_fingerprint(cfg),
+                dataset=dataset,
+                client_indices=[np.asarray(ix) for ix in part.client_indices],
+                profiles=profiles_for(cfg),
+                model=build_model(dataset.name, dataset.num_classes),
+            )
+            _states.clear()  # one run at a time per process: drop the previous run's data
+            _states[key] = state
+            log.info("client data loaded: %s, %d clients", dataset.name, len(part.client_indices))
+        return state
+
+
+def _client_id(state: _ClientState, config: ConfigRecord | None, context: Context) -> int:
+    if config is not None and "client-id" in config:
+        client = int(config["client-id"])
+    elif "client-id" in context.node_config:
+        client = int(context.node_config["client-id"])
+    elif "partition-id" in context.node_config:
+        client = int(context.node_config["partition-id"])
+    else:
+        raise ValueError("no client-id in the message and no partition-id in the node config")
+    n = state.cfg.federation.num_clients
+    if not 0 <= client < n:
+        raise ValueError(f"client-id {client} outside 0..{n - 1} (num-clients = {n})")
+    return client
+
+
+def _check_fingerprint(state: _ClientState, config: ConfigRecord) -> None:
+    want = config.get("data-key")
+    if want is not None and str(want) != state.fingerprint:
+        raise RuntimeError(
+            "this ClientApp's run config describes other clients (dataset, partition, seed, "
+            "devices) than the ServerApp's; give both the same run config"
+        )
+
+
+@app.train()
+def train(msg: Message, context: Context) -> Message:
+    """Train ``tau-c`` local steps on this client's data at the directed CPU frequency."""
+    cfg = _config(context.run_config)
+    state = client_state(cfg)
+    conf = msg.content["config"]
+    _check_fingerprint(state, conf)
+    client = _client_id(state, conf, context)
+    pid = context.node_config.get("partition-id")
+    if pid is not None and int(pid) != client:
+        log.warning("node with partition-id %s asked to train client %d", pid, client)
+    kind = str(context.node_config.get("cpufreq", app_options(context.run_config).cpufreq))
+    actuator = state.actuator(client, kind)
+    f_req = float(conf.get("freq-ghz", 0.0))
+    # no directive (0): run flat out
+    f_applied = float(actuator.apply(f_req if f_req > 0 else state.profiles[client].f_max_ghz))
+
+    x, y = state.data(client)
+    model = state.model
+    set_weights(model, msg.content["arrays"].to_numpy_ndarrays())
+    res = train_local(
+        model, x, y,
+        steps=int(conf["tau-c"]), lr=float(conf["lr"]), batch_size=int(conf["batch-size"]),
+        seed=int(conf["seed"]),
+    )
+    metrics = MetricRecord({
+        "num-examples": int(len(y)),
+        "samples": int(res.samples),
+        "seconds": float(actuator.stretch(res.seconds, f_applied)),
+        "f-applied-ghz": f_applied,
+        "loss": float(res.loss),
+    })
+    content = RecordDict({"arrays": ArrayRecord(get_weights(model)), "metrics": metrics})
+    return Message(content, reply_to=msg)
+
+
+@app.query()
+def query(msg: Message, context: Context) -> Message:
+    """The node's identity: ``partition-id``/``num-partitions``/``client-id`` where known."""
+    ident: dict[str, Any] = {}
+    for key in ("partition-id", "num-partitions", "client-id"):
+        if key in context.node_config:
+            ident[key] = int(context.node_config[key])
+    ident["cpufreq"] = str(
+        context.node_config.get("cpufreq", app_options(context.run_config).cpufreq)
+    )
+    return Message(RecordDict({"identity": ConfigRecord(ident)}), reply_to=msg)
+
+
+@app.evaluate()
+def evaluate_local(msg: Message, context: Context) -> Message:
+    """Loss and accuracy of the sent model on this client's training data."""
+    cfg = _config(context.run_config)
+    state = client_state(cfg)
+    conf = msg.content.config_records.get("config")
+    client = _client_id(state, conf, context)
+    x, y = state.data(client)
+    set_weights(state.model, msg.content["arrays"].to_numpy_ndarrays())
+    res = evaluate(state.model, x, y)
+    metrics = MetricRecord({
+        "num-examples": int(res.samples), "loss": float(res.loss),
+        "accuracy": float(res.accuracy),
+    })
+    return Message(RecordDict({"metrics": metrics}), reply_to=msg)
+
+
+__all__ = ["app", "client_state"]

@@ -1,0 +1,348 @@
+"""τ_e synchronous FedAvg rounds over one coalition through a Flower ``Grid``.
+
+The same loop serves the simulation (the Flower executor, virtual SuperNodes) and, later, the
+deployed edge role (its own SuperLink). Per edge round it sends one ``train`` Message per client
+of the coalition, each built for its node (so every client gets its own CPU-frequency directive
+and training seed), pushes them with ``push_messages`` and pulls the replies with a short poll
+(``Grid.send_and_receive`` would sleep seconds between polls), then aggregates the answers with
+Flower's ``FedAvg.aggregate_train`` (weights = each client's ``num-examples`` = |D_n|).
+
+Message contents
+----------------
+Instruction (``RecordDict``):
+
+- ``"arrays"``: :class:`~flwr.app.ArrayRecord` of the edge model (state_dict order);
+- ``"config"``: :class:`~flwr.app.ConfigRecord` with ``client-id``, ``tau-c``, ``lr``,
+  ``batch-size``, ``freq-ghz`` (the client's directive; ``0.0`` = none), ``seed``
+  (= :func:`fedcure_app.tasks.client_train_seed`), ``edge-round``, ``task-id``, ``coalition``,
+  ``version``.
+
+Reply: ``"arrays"`` (the trained model) and one :class:`~flwr.app.MetricRecord` with
+``num-examples`` (|D_n|, the FedAvg weight), ``samples``, ``seconds``, ``f-applied-ghz``,
+``loss``.
+
+Failures
+--------
+A client whose reply is an error, is malformed, could not be pushed, or has not arrived within
+``timeout_s`` seconds of the round's push is *dropped*: the round finishes with the clients that
+answered (FedAvg weights renormalised over them), the client is listed once in
+:attr:`EdgeResult.dropped` and gets no further rounds of this task. A round in which nobody
+answers raises :class:`EdgeTaskError`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import FedAvg
+
+from fedcure_app.tasks import ClientReport, EdgeResult, EdgeTask, client_train_seed
+
+log = logging.getLogger(__name__)
+
+#: Keys of the MetricRecord every train reply carries.
+REPLY_METRICS = ("num-examples", "samples", "seconds", "f-applied-ghz", "loss")
+
+
+class EdgeTaskError(RuntimeError):
+    """No client of the coalition answered an edge round (or none could be reached)."""
+
+
+class CoalitionGrid(Grid):
+    """A view of ``grid`` restricted to one coalition's nodes.
+
+    ``get_node_ids()`` lists the coalition's nodes that the underlying grid currently knows, so a
+    Message-API strategy (``FedAvg.configure_train`` samples from ``grid.get_node_ids()``) serves
+    exactly the coalition; ``push_messages`` refuses messages addressed to other nodes. Everything
+    else is delegated.
+    """
+
+    def __init__(self, grid: Grid, node_ids: Iterable[int]) -> None:
+        self._grid = grid
+        self._nodes: tuple[int, ...] = tuple(dict.fromkeys(int(n) for n in node_ids))
+        self._allowed = frozenset(self._nodes)
+
+    @property
+    def inner(self) -> Grid:
+        """The unrestricted grid."""
+        return self._grid
+
+    @property
+    def coalition_node_ids(self) -> tuple[int, ...]:
+        """The coalition's nodes, whether registered or not, in the order given."""
+        return self._nodes
+
+    def set_run(self, run: Any) -> None:
+        self._grid.set_run(run)
+
+    @property
+    def run(self) -> Any:
+        return self._grid.run
+
+    def create_message(  # noqa: PLR0913
+        self,
+        content: RecordDict,
+        message_type: str,
+        dst_node_id: int,
+        group_id: str,
+        ttl: float | None = None,
+    ) -> Message:
+        self._check_node(dst_node_id)
+        return self._grid.create_message(content, message_type, dst_node_id, group_id, ttl)
+
+    def get_node_ids(self) -> list[int]:
+        live = set(self._grid.get_node_ids())
+        return [n for n in self._nodes if n in live]
+
+    def get_nodes(self) -> list[Any]:
+        return [n for n in self._grid.get_nodes() if n.node_id in self._allowed]
+
+    def _check_node(self, node_id: int) -> None:
+        if node_id not in self._allowed:
+            raise ValueError(
+                f"node {node_id} is not in this coalition (nodes {list(self._nodes)})"
+            )
+
+    def push_messages(self, messages: Iterable[Message]) -> list[str]:
+        msgs = list(messages)
+        for m in msgs:
+            self._check_node(m.metadata.dst_node_id)
+        return list(self._grid.push_messages(msgs))
+
+    def pull_messages(self, message_ids: Iterable[str]) -> list[Message]:
+        return list(self._grid.pull_messages(message_ids))
+
+    def send_and_receive(
+        self, messages: Iterable[Message], *, timeout: float | None = None
+    ) -> list[Message]:
+        """Push, then pull every 10 ms until all replies are in or ``timeout`` (s) passes."""
+        ids = [i for i in self.push_messages(messages) if i]
+        replies, _ = pull_replies(self, ids, poll_s=0.01, timeout_s=timeout)
+        return list(replies.values())
+
+
+def pull_replies(
+    grid: Grid,
+    message_ids: Iterable[str],
+    *,
+    poll_s: float = 0.01,
+    timeout_s: float | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> tuple[dict[str, Message], set[str]]:
+    """Pull the replies to ``message_ids`` until all are in or ``timeout_s`` passes.
+
+    Returns (message id → reply, ids still unanswered). Each id is pulled only until its reply
+    came back: the grid deletes a reply once returned, and asking again gives an error reply.
+    """
+    pending = {i for i in message_ids if i}
+    got: dict[str, Message] = {}
+    deadline = None if timeout_s is None else clock() + timeout_s
+    while pending:
+        for reply in grid.pull_messages(sorted(pending)):
+            mid = reply.metadata.reply_to_message_id
+            if mid in pending:
+                pending.discard(mid)
+                got[mid] = reply
+        if not pending or (deadline is not None and clock() >= deadline):
+            break
+        sleep(poll_s)
+    return got, pending
+
+
+# ---------------------------------------------------------------------------------------------
+# quiet FedAvg: its aggregate_train logs one INFO line per call, i.e. per edge round
+
+
+_quiet = threading.local()
+
+
+class _QuietAggregateFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(_quiet, "on", False) and str(record.msg).startswith("%s: Received"):
+            return record.levelno > logging.INFO or bool(record.args and record.args[-1])
+        return True
+
+
+_filter_installed = False
+
+
+@contextmanager
+def _quiet_fedavg():
+    global _filter_installed
+    if not _filter_installed:
+        logging.getLogger("flwr").addFilter(_QuietAggregateFilter())
+        _filter_installed = True
+    _quiet.on = True
+    try:
+        yield
+    finally:
+        _quiet.on = False
+
+
+_FEDAVG = FedAvg(weighted_by_key="num-examples", arrayrecord_key="arrays")
+
+
+def _reply_problem(reply: Message, sent: ArrayRecord) -> str | None:
+    """Why a train reply cannot be aggregated, or None when it can."""
+    if reply.has_error():
+        return f"error reply: {reply.error.reason} (code {reply.error.code})"
+    content = reply.content
+    if len(content.array_records) != 1:
+        return f"expected one ArrayRecord, got {len(content.array_records)}"
+    arrays = next(iter(content.array_records.values()))
+    if list(arrays.keys()) != list(sent.keys()):
+        return f"model has tensors {list(arrays.keys())[:5]}…, sent {list(sent.keys())[:5]}…"
+    if len(content.metric_records) != 1:
+        return f"expected one MetricRecord, got {len(content.metric_records)}"
+    metrics = next(iter(content.metric_records.values()))
+    missing = [k for k in REPLY_METRICS if k not in metrics]
+    if missing:
+        return f"metrics lack {', '.join(missing)}"
+    if not float(metrics["num-examples"]) > 0:
+        return f"num-examples must be > 0, got {metrics['num-examples']}"
+    return None
+
+
+def _train_message(
+    arrays: ArrayRecord, task: EdgeTask, client: int, node: int, edge_round: int,
+    ttl: float | None, extra: Mapping[str, Any] | None = None,
+) -> Message:
+    config = ConfigRecord({
+        **(extra or {}),
+        "client-id": int(client),
+        "tau-c": int(task.tau_c),
+        "lr": float(task.lr),
+        "batch-size": int(task.batch_size),
+        "freq-ghz": float(task.frequencies_ghz.get(client, 0.0)),
+        "seed": int(client_train_seed(task.seed, edge_round, client)),
+        "edge-round": int(edge_round),
+        "task-id": str(task.task_id),
+        "coalition": int(task.coalition),
+        "version": int(task.version),
+    })
+    return Message(
+        RecordDict({"arrays": arrays, "config": config}),
+        dst_node_id=int(node),
+        message_type=MessageType.TRAIN,
+        group_id=f"{task.task_id}/e{edge_round}",
+        ttl=ttl,
+    )
+
+
+def run_edge_task(
+    grid: Grid,
+    task: EdgeTask,
+    node_of_client: Mapping[int, int],
+    *,
+    poll_s: float = 0.01,
+    timeout_s: float | None = None,
+    extra_config: Mapping[str, Any] | None = None,
+) -> EdgeResult:
+    """Run ``task``: τ_e synchronous FedAvg rounds over its coalition through ``grid``.
+
+    ``node_of_client`` maps client id → Flower node id; ``timeout_s`` bounds each edge round's
+    wait for replies (None: wait for all). See the module docstring for the messages and for
+    what happens to clients that fail. ``extra_config`` adds entries to every message's
+    ConfigRecord (e.g. a fingerprint of the data the clients must hold). Returns the edge model
+    as numpy arrays, with ``num_samples`` = Σ|D_n| over the clients that answered the last
+    round.
+    """
+    if task.tau_e < 1:
+        raise ValueError(f"tau_e must be >= 1, got {task.tau_e}")
+    if poll_s <= 0:
+        raise ValueError(f"poll_s must be > 0, got {poll_s}")
+    active: list[int] = []
+    dropped: list[int] = []
+    for c in task.clients:
+        if c in node_of_client:
+            active.append(int(c))
+        else:
+            log.warning("task %s: client %d has no Flower node; dropped", task.task_id, c)
+            dropped.append(int(c))
+    edge = [np.asarray(a) for a in task.arrays]
+    reports: list[ClientReport] = []
+    num_samples = 0
+    ttl = None if timeout_s is None else max(1.0, float(timeout_s))
+    for r in range(task.tau_e):
+        if not active:
+            raise EdgeTaskError(
+                f"task {task.task_id} (coalition {task.coalition}): no client left to train "
+                f"edge round {r} (dropped: {dropped})"
+            )
+        record = ArrayRecord(edge, keep_input=True)
+        msgs = [_train_message(record, task, c, node_of_client[c], r, ttl, extra_config)
+                for c in active]
+        ids = list(grid.push_messages(msgs))
+        if len(ids) != len(msgs):
+            raise RuntimeError(f"grid returned {len(ids)} message ids for {len(msgs)} messages")
+        client_of_id = {mid: c for mid, c in zip(ids, active) if mid}
+        problems: dict[int, str] = {
+            c: "could not be pushed" for mid, c in zip(ids, active) if not mid
+        }
+        got, pending = pull_replies(grid, client_of_id, poll_s=poll_s, timeout_s=timeout_s)
+        for mid in pending:
+            problems[client_of_id[mid]] = f"no reply within {timeout_s} s"
+        ok: dict[int, Message] = {}
+        for mid, reply in got.items():
+            c = client_of_id[mid]
+            why = _reply_problem(reply, record)
+            if why is None:
+                ok[c] = reply
+            else:
+                problems[c] = why
+        if problems:
+            for c, why in problems.items():
+                log.warning("task %s edge round %d: client %d dropped: %s",
+                            task.task_id, r, c, why)
+        if not ok:
+            detail = "; ".join(f"client {c}: {w}" for c, w in sorted(problems.items()))
+            raise EdgeTaskError(
+                f"task {task.task_id} (coalition {task.coalition}): no client answered edge "
+                f"round {r} of {task.tau_e} ({detail})"
+            )
+        survivors = [c for c in active if c in ok]  # coalition order: deterministic sums
+        replies = [ok[c] for c in survivors]
+        try:
+            with _quiet_fedavg():
+                arrays, _ = _FEDAVG.aggregate_train(r + 1, replies)
+        except Exception as err:  # InconsistentMessageReplies: mismatched records
+            raise EdgeTaskError(
+                f"task {task.task_id} edge round {r}: cannot aggregate the replies of clients "
+                f"{survivors}: {err}"
+            ) from err
+        if arrays is None:  # pragma: no cover - FedAvg returns None only without replies
+            raise EdgeTaskError(f"task {task.task_id}: FedAvg returned no model in round {r}")
+        edge = arrays.to_numpy_ndarrays()
+        num_samples = 0
+        for c, reply in zip(survivors, replies):
+            m = next(iter(reply.content.metric_records.values()))
+            num_samples += int(m["num-examples"])
+            reports.append(ClientReport(
+                client=c, edge_round=r, samples=int(m["samples"]),
+                seconds=float(m["seconds"]), f_applied_ghz=float(m["f-applied-ghz"]),
+                loss=float(m["loss"]),
+            ))
+        for c in active:
+            if c in problems:
+                dropped.append(c)
+        active = survivors
+    return EdgeResult(
+        task_id=task.task_id,
+        coalition=task.coalition,
+        arrays=edge,
+        num_samples=num_samples,
+        reports=reports,
+        dropped=dropped,
+    )
+
+
+__all__ = ["CoalitionGrid", "EdgeTaskError", "REPLY_METRICS", "pull_replies", "run_edge_task"]

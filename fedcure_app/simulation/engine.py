@@ -1,0 +1,299 @@
+"""Event-driven SAFL simulation on a simulated clock (DESIGN.md semantics).
+
+Round 0 dispatches every coalition. A dispatched coalition's training runs at once (it depends
+only on the model it was sent), while the simulated clock decides when its edge model *arrives*:
+its latency is drawn from the device profiles (compute c_n/f_n at the directed frequency, model
+down/up links, lognormal jitter), τ_e edge rounds each as slow as its slowest client, plus the
+edge↔cloud transfers. Each arrival is one global round: the strategy aggregates it, updates the
+estimator and the queues, and refills free slots.
+
+The latency draws use their own seeded RNG and never depend on what the executor measured, so
+the in-process and the Flower executors give the same schedule trace for the same seed.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedcure_app.app_config import partition_for, profiles_for
+from fedcure_app.config import FedCureConfig
+from fedcure_app.core.coalition import FormationResult, cluster_coalitions, form_coalitions
+from fedcure_app.core.divergence import average_pairwise_jsd, coalition_label_counts
+from fedcure_app.data import Dataset, load_dataset
+from fedcure_app.data.partition import Partition
+from fedcure_app.devices import PopulationArrays
+from fedcure_app.models import build_model, get_weights, model_num_bytes, set_weights
+from fedcure_app.simulation.executors import ClientExecutor, InProcessExecutor
+from fedcure_app.strategy import Dispatch, EdgeUpdate, FedCureStrategy
+from fedcure_app.tasks import EdgeResult, EdgeTask, derive_seed
+from fedcure_app.training import evaluate
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Federation:
+    """Everything fixed before round 0: data, partition, coalitions, devices, the model."""
+
+    cfg: FedCureConfig
+    dataset: Dataset
+    partition: Partition
+    assignment: np.ndarray
+    formation: FormationResult | None
+    population: PopulationArrays
+    model_bytes: int
+    initial_arrays: list[np.ndarray]
+
+    @property
+    def coalitions(self) -> list[list[int]]:
+        m = self.cfg.federation.num_edges
+        return [np.flatnonzero(self.assignment == e).tolist() for e in range(m)]
+
+    @property
+    def client_samples(self) -> np.ndarray:
+        """|D_n| per client."""
+        return np.array([len(ix) for ix in self.partition.client_indices], dtype=np.int64)
+
+    @property
+    def samples_per_round(self) -> int:
+        """Samples a client trains on in one edge round: τ_c · batch size."""
+        return self.cfg.method.tau_c * self.cfg.method.batch_size
+
+    def client_cycles(self) -> np.ndarray:
+        """CPU cycles per client per edge round."""
+        return self.population.cycles(self.samples_per_round)
+
+    def prior_latency(self) -> np.ndarray:
+        """Device-profile prediction of each coalition's task latency at f_max, no jitter (s)."""
+        per_client = self.population.round_seconds(
+            self.samples_per_round, self.model_bytes, self.population.f_max_ghz
+        )
+        link = 2 * 8.0 * self.model_bytes / (self.cfg.devices.edge_link_mbps * 1e6)
+        tau_e = self.cfg.method.tau_e
+        return np.array([tau_e * per_client[c].max() + link for c in self.coalitions])
+
+
+def _formation(cfg: FedCureConfig, counts: np.ndarray, initial: np.ndarray):
+    rule = cfg.method.formation
+    m = cfg.federation.num_edges
+    if rule == "none":
+        return initial.copy(), None
+    if rule in ("kmeans", "meanshift"):
+        return cluster_coalitions(counts, m, method=rule, seed=cfg.run.seed), None
+    res = form_coalitions(counts, initial, m, rule=rule, seed=cfg.run.seed)
+    return res.assignment, res
+
+
+def build_federation(cfg: FedCureConfig, dataset: Dataset | None = None) -> Federation:
+    """Load the data, partition it, form coalitions, sample devices and the initial model."""
+    fed = cfg.federation
+    if dataset is None:
+        dataset = load_dataset(cfg.data.dataset, cfg.data.data_dir)
+    part = partition_for(cfg, dataset)
+    assignment, formation = _formation(cfg, part.label_counts, part.initial_assignment)
+    profiles = profiles_for(cfg)
+    population = PopulationArrays.from_profiles(profiles[: fed.num_clients], dataset.name)
+    torch.manual_seed(cfg.run.seed)
+    model = build_model(dataset.name, dataset.num_classes)
+    return Federation(
+        cfg=cfg, dataset=dataset, partition=part, assignment=np.asarray(assignment),
+        formation=formation, population=population, model_bytes=model_num_bytes(model),
+        initial_arrays=get_weights(model),
+    )
+
+
+def make_inprocess_executor(federation: Federation) -> InProcessExecutor:
+    """The fast executor over the federation's client data (sliced once)."""
+    ds = federation.dataset
+    x = torch.from_numpy(ds.x_train)
+    y = torch.from_numpy(ds.y_train)
+    data = [(x[idx].contiguous(), y[idx].contiguous())
+            for idx in (torch.from_numpy(np.asarray(ix, dtype=np.int64))
+                        for ix in federation.partition.client_indices)]
+    return InProcessExecutor(ds.name, ds.num_classes, data)
+
+
+@dataclass(order=True)
+class _Arrival:
+    time_s: float
+    seq: int
+    dispatch: Dispatch = field(compare=False)
+    result: EdgeResult = field(compare=False)
+    latency_s: float = field(compare=False)
+    energy_j: float = field(compare=False)
+
+
+class SimulationEngine:
+    """Runs the semi-asynchronous hierarchy on a simulated clock with a client executor."""
+
+    def __init__(self, federation: Federation, executor: ClientExecutor) -> None:
+        self.fed = federation
+        self.cfg = federation.cfg
+        self.executor = executor
+        self.strategy = FedCureStrategy(
+            self.cfg.method,
+            federation.coalitions,
+            federation.client_samples,
+            federation.client_cycles(),
+            np.stack([federation.population.f_min_ghz, federation.population.f_max_ghz], 1),
+            federation.prior_latency(),
+            federation.initial_arrays,
+            max_concurrent=self.cfg.concurrency,
+            seed=self.cfg.run.seed,
+        )
+        self._clock_rng = np.random.default_rng(derive_seed(self.cfg.run.seed, "clock"))
+        self._eval_model = build_model(federation.dataset.name, federation.dataset.num_classes)
+        self._x_test = torch.from_numpy(federation.dataset.x_test)
+        self._y_test = torch.from_numpy(federation.dataset.y_test)
+        self._seq = 0
+
+    # -------------------------------------------------------------- simulated latency
+    def _simulated_latency(self, d: Dispatch) -> tuple[float, float]:
+        """Latency (s) and energy (J) of coalition task ``d`` on the simulated devices."""
+        pop = self.fed.population
+        idx = np.asarray(d.clients)
+        f = np.clip(np.array([d.frequencies_ghz[c] for c in d.clients]),
+                    pop.f_min_ghz[idx], pop.f_max_ghz[idx])
+        spr = self.fed.samples_per_round
+        total = 0.0
+        for _ in range(self.cfg.method.tau_e):
+            total += float(pop.round_seconds(spr, self.fed.model_bytes, f,
+                                             rng=self._clock_rng, idx=idx).max())
+        total += 2 * 8.0 * self.fed.model_bytes / (self.cfg.devices.edge_link_mbps * 1e6)
+        energy = float(pop.energy_joules(spr, f, idx=idx).sum()) * self.cfg.method.tau_e
+        return total, energy
+
+    def _launch(self, d: Dispatch, now: float, heap: list[_Arrival]) -> None:
+        task = EdgeTask(
+            task_id=f"r{d.round}-c{d.coalition}",
+            coalition=d.coalition,
+            version=d.version,
+            arrays=self.strategy.global_arrays,
+            clients=d.clients,
+            frequencies_ghz=d.frequencies_ghz,
+            tau_e=self.cfg.method.tau_e,
+            tau_c=self.cfg.method.tau_c,
+            lr=self.cfg.method.lr,
+            batch_size=self.cfg.method.batch_size,
+            seed=derive_seed(self.cfg.run.seed, d.round, d.coalition),
+        )
+        result = self.executor.run(task)
+        latency, energy = self._simulated_latency(d)
+        self._seq += 1
+        heapq.heappush(heap, _Arrival(now + latency, self._seq, d, result, latency, energy))
+
+    def _evaluate(self) -> tuple[float, float]:
+        set_weights(self._eval_model, self.strategy.global_arrays)
+        res = evaluate(self._eval_model, self._x_test, self._y_test)
+        return float(res.accuracy), float(res.loss)
+
+    # -------------------------------------------------------------- the loop
+    def run(self, on_round: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+        """Run ``global_rounds`` arrivals; return the result dict (records + summary)."""
+        cfg = self.cfg
+        wall0 = time.perf_counter()
+        heap: list[_Arrival] = []
+        now = 0.0
+        for d in self.strategy.dispatch():
+            self._launch(d, now, heap)
+        records: list[dict[str, Any]] = []
+        acc0, loss0 = self._evaluate()
+        for _ in range(cfg.run.global_rounds):
+            if not heap:
+                raise RuntimeError("no coalition is training: nothing can arrive")
+            a = heapq.heappop(heap)
+            now = a.time_s
+            rec = self.strategy.on_arrival(EdgeUpdate(
+                coalition=a.dispatch.coalition, base_version=a.dispatch.version,
+                arrays=a.result.arrays, num_samples=a.result.num_samples,
+                latency_s=a.latency_s,
+            ))
+            new = self.strategy.dispatch()
+            for d in new:
+                self._launch(d, now, heap)
+            acc = loss = None
+            last = rec.round == cfg.run.global_rounds
+            if rec.round % cfg.run.eval_every == 0 or last:
+                acc, loss = self._evaluate()
+            row = {
+                "round": rec.round, "time_s": now, "coalition": rec.coalition,
+                "staleness": rec.staleness, "xi": rec.xi, "latency_s": rec.latency_s,
+                "estimate_s": rec.estimate_s, "version": rec.version,
+                "queues": self.strategy.scheduler.queues.values.tolist(),
+                "dispatched": [d.coalition for d in new],
+                "frequencies_ghz": {str(c): f for c, f in a.dispatch.frequencies_ghz.items()},
+                "energy_j": a.energy_j, "accuracy": acc, "loss": loss,
+            }
+            records.append(row)
+            if on_round is not None:
+                on_round(row)
+        return self._summary(records, acc0, time.perf_counter() - wall0)
+
+    def _summary(self, records: list[dict[str, Any]], acc0: float, wall: float) -> dict[str, Any]:
+        fed = self.fed
+        part = self.strategy.participation
+        share = part / max(1, part.sum())
+        lat = np.array([r["latency_s"] for r in records])
+        accs = [r["accuracy"] for r in records if r["accuracy"] is not None]
+        counts = fed.partition.label_counts
+        m = self.cfg.federation.num_edges
+        return {
+            "config": self.cfg.model_dump(mode="json", by_alias=True),
+            "dataset": fed.dataset.name,
+            "initial_accuracy": acc0,
+            "final_accuracy": accs[-1] if accs else None,
+            "best_accuracy": max(accs) if accs else None,
+            "rounds": len(records),
+            "simulated_seconds": records[-1]["time_s"] if records else 0.0,
+            "energy_j": float(sum(r["energy_j"] for r in records)),
+            "latency_cov": float(lat.std() / lat.mean()) if lat.size and lat.mean() > 0 else 0.0,
+            "wall_seconds": wall,
+            "coalitions": fed.coalitions,
+            "initial_jsd": float(average_pairwise_jsd(
+                coalition_label_counts(counts, fed.partition.initial_assignment, m))),
+            "formed_jsd": float(average_pairwise_jsd(
+                coalition_label_counts(counts, fed.assignment, m))),
+            "participation": {
+                "rounds": part.tolist(),
+                "share": share.tolist(),
+                "delta": self.strategy.delta.tolist(),
+            },
+            "records": records,
+        }
+
+
+def simulate(
+    cfg: FedCureConfig,
+    *,
+    dataset: Dataset | None = None,
+    executor: ClientExecutor | None = None,
+    on_round: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Build the federation and run it with the configured executor; return the result dict."""
+    fed = build_federation(cfg, dataset)
+    own = executor is None
+    if executor is None:
+        if cfg.run.executor != "inprocess":
+            raise ValueError(
+                "the flower executor runs under `flwr run` (see README); "
+                "use --executor inprocess here"
+            )
+        executor = make_inprocess_executor(fed)
+    try:
+        return SimulationEngine(fed, executor).run(on_round)
+    finally:
+        if own:
+            executor.close()
+
+
+__all__ = [
+    "Federation", "SimulationEngine", "build_federation", "make_inprocess_executor", "simulate",
+]

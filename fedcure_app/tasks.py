@@ -1,0 +1,78 @@
+"""What the cloud asks of an edge, and what the edge answers: transport-free value types.
+
+An :class:`EdgeTask` is one global task for one coalition: τ_e synchronous FedAvg rounds of τ_c
+local steps each, starting from global model version ``version``, with each client's
+CPU-frequency directive. The simulation's executors, the Flower edge loop (``edge.py``) and the
+deployed edge role all take an ``EdgeTask`` and give back an :class:`EdgeResult`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class ClientReport:
+    """One client's part in one edge round.
+
+    ``seconds``: measured wall time of local training (after any emulated throttle);
+    ``f_applied_ghz``: the CPU frequency the client really ran at.
+    """
+
+    client: int
+    edge_round: int
+    samples: int
+    seconds: float
+    f_applied_ghz: float
+    loss: float
+
+
+@dataclass(frozen=True)
+class EdgeTask:
+    """One coalition's global task (see module docstring)."""
+
+    task_id: str
+    coalition: int
+    version: int
+    arrays: list[np.ndarray]
+    clients: tuple[int, ...]
+    frequencies_ghz: dict[int, float]
+    tau_e: int
+    tau_c: int
+    lr: float
+    batch_size: int
+    seed: int
+
+
+@dataclass
+class EdgeResult:
+    """The edge model after τ_e rounds, its FedAvg weight and what each client reported."""
+
+    task_id: str
+    coalition: int
+    arrays: list[np.ndarray]
+    num_samples: int
+    reports: list[ClientReport] = field(default_factory=list)
+    dropped: list[int] = field(default_factory=list)
+
+
+def derive_seed(*parts: int | str) -> int:
+    """A 31-bit seed derived deterministically from the given parts (run seed, round, client…)."""
+    h = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
+    return int.from_bytes(h, "little") & 0x7FFFFFFF
+
+
+def client_train_seed(task_seed: int, edge_round: int, client: int) -> int:
+    """The seed of one client's local training in one edge round of a task."""
+    return derive_seed(task_seed, edge_round, client)
+
+
+def fedavg_weights(samples: list[int]) -> np.ndarray:
+    """FedAvg weights (sample counts normalised), validated."""
+    w = np.asarray(samples, dtype=np.float64)
+    if w.size == 0 or np.any(w < 0) or w.sum() <= 0:
+        raise ValueError(f"FedAvg needs positive sample counts, got {samples}")
+    return w / w.sum()
