@@ -1,0 +1,3 @@
+from cloud_server.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,179 @@
+"""``fedcure-cloud``: run the FedCure cloud server (gRPC) until the configured rounds are done.
+
+    fedcure-cloud --listen 0.0.0.0:9090 --expected-clients 50 --edges 5 --out results/cloud \\
+        [--config fedcure.toml] [--method fedcure] [--rounds 100] [--register-timeout 300] \\
+        [--dataset mnist --data-dir data/mnist] [--token SECRET]
+
+Clients register (``Association.Register``) and learn their edge server; edge servers connect
+(``EdgeLink.Connect``) and receive tasks, answering with ``EdgeLink.Submit``. When the rounds are
+done the cloud writes ``result.json``, the plots and ``final_model.safetensors`` into ``--out``
+and exits 0. SIGTERM/SIGINT stop it cleanly (partial results are written when rounds were done).
+With ``--dataset`` (or ``[data] dataset`` in the config file) the cloud evaluates the global model
+on that dataset's test split every ``eval-every`` rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+PROG = "fedcure-cloud"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description="FedCure cloud server (gRPC).")
+    p.add_argument("--config", metavar="FILE", help="TOML/JSON configuration file")
+    p.add_argument("--listen", required=True, metavar="HOST:PORT",
+                   help="address to serve on, e.g. 0.0.0.0:9090 (port 0: any free port)")
+    p.add_argument("--expected-clients", type=int, required=True, metavar="N",
+                   help="formation runs as soon as N clients have registered")
+    p.add_argument("--edges", type=int, required=True, metavar="M",
+                   help="edge servers (coalitions)")
+    p.add_argument("--out", metavar="DIR", default="results/cloud",
+                   help="output folder for result.json, plots, final_model.safetensors")
+    p.add_argument("--register-timeout", type=float, default=300.0, metavar="S",
+                   help="registration window (s) and the longest one Register call waits "
+                        "(default 300)")
+    p.add_argument("--rounds", type=int, metavar="N", help="global rounds (run.global-rounds)")
+    p.add_argument("--method", metavar="NAME",
+                   help="method preset: fedcure, fedfair, fedgreedy, fair, greedy")
+    p.add_argument("--formation", metavar="RULE",
+                   help="formation rule: fedcure, none, kmeans, meanshift, selfish, pareto")
+    p.add_argument("--dataset", metavar="D",
+                   help="dataset (model architecture, and test split for evaluation)")
+    p.add_argument("--data-dir", metavar="DIR", help="root holding the dataset files")
+    p.add_argument("--no-eval", action="store_true", help="never evaluate the global model")
+    p.add_argument("--token", default=os.environ.get("FEDCURE_TOKEN", ""),
+                   help="shared secret clients and edges must send (default $FEDCURE_TOKEN)")
+    p.add_argument("--no-plots", action="store_true", help="do not write PNG plots")
+    p.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
+    return p
+
+
+def make_config(args: argparse.Namespace) -> tuple[Any, bool]:
+    """The configuration from the file and the flags; and whether a dataset was named."""
+    from fedcure_app.config import FedCureConfig, apply_flat, load_config
+
+    cfg = load_config(args.config) if args.config else FedCureConfig()
+    named = args.dataset is not None or "dataset" in cfg.data.model_fields_set
+    flat: dict[str, Any] = {"num-edges": args.edges, "num-clients": args.expected_clients}
+    if args.rounds is not None:
+        flat["global-rounds"] = args.rounds
+    if args.dataset is not None:
+        flat["dataset"] = args.dataset
+    if args.data_dir is not None:
+        flat["data-dir"] = args.data_dir
+    if args.method is not None:
+        flat["method"] = args.method
+    cfg = apply_flat(cfg, flat)
+    if args.formation is not None:
+        cfg = apply_flat(cfg, {"formation": args.formation})
+    return cfg, named
+
+
+def make_evaluator(cfg: Any) -> tuple[Any, int]:
+    """``arrays -> (accuracy, loss)`` on the configured dataset's test split; and its classes."""
+    import torch
+
+    from fedcure_app.data import load_dataset
+    from fedcure_app.models import build_model, set_weights
+    from fedcure_app.training import evaluate
+
+    ds = load_dataset(cfg.data.dataset, cfg.data.data_dir)
+    model = build_model(ds.name, ds.num_classes)
+    x = torch.from_numpy(ds.x_test)
+    y = torch.from_numpy(ds.y_test)
+
+    def evaluator(arrays: list[Any]) -> tuple[float, float]:
+        set_weights(model, arrays)
+        res = evaluate(model, x, y)
+        return float(res.accuracy), float(res.loss)
+
+    return evaluator, int(ds.num_classes)
+
+
+async def _run(args: argparse.Namespace, cfg: Any, evaluator: Any) -> int:
+    from cloud_server.service import CloudService, serve
+
+    log = logging.getLogger("fedcure.cloud")
+    service = CloudService(
+        cfg, expected_clients=args.expected_clients, out_dir=Path(args.out),
+        register_timeout_s=args.register_timeout, token=args.token, evaluator=evaluator,
+        write_plots=not args.no_plots,
+    )
+    stop = asyncio.Event()
+    got: list[str] = []
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        def handler(s: signal.Signals = sig) -> None:
+            got.append(s.name)
+            log.info("%s received: stopping", s.name)
+            stop.set()
+        loop.add_signal_handler(sig, handler)
+
+    def bound(port: int) -> None:
+        host = args.listen.rsplit(":", 1)[0]
+        log.info("listening on %s:%d", host, port)
+
+    result = await serve(service, args.listen, on_bound=bound, stop=stop)
+    if service.failure is not None:
+        print(f"{PROG}: error: {service.failure}", file=sys.stderr)
+        return 1
+    if result is None:
+        if service.strategy is not None and service.records:
+            partial = await asyncio.to_thread(service._write_results)
+            log.info("stopped after %d of %d rounds; partial results in %s",
+                     partial["rounds"], cfg.run.global_rounds, args.out)
+        else:
+            log.info("stopped before training started; nothing written")
+        return 0
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    # gRPC core logs bind failures on its own; keep stderr to our one line
+    # (libraries such as Ray set GRPC_VERBOSITY=ERROR, which still prints them; keep DEBUG/INFO)
+    if os.environ.get("GRPC_VERBOSITY", "").upper() not in ("DEBUG", "INFO"):
+        os.environ["GRPC_VERBOSITY"] = "NONE"
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.WARNING if args.quiet else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
+    from fedcure_app.config import ConfigError, apply_flat
+
+    try:
+        if args.expected_clients < 1 or args.edges < 1:
+            raise ConfigError("--expected-clients and --edges must be >= 1")
+        from cloud_server.service import parse_listen
+
+        parse_listen(args.listen)
+        cfg, named = make_config(args)
+        evaluator = None
+        if named and not args.no_eval:
+            evaluator, classes = make_evaluator(cfg)
+            if classes != cfg.federation.num_classes:
+                cfg = apply_flat(cfg, {"num-classes": classes})
+        from cloud_server.service import AddressInUse
+
+        try:
+            return asyncio.run(_run(args, cfg, evaluator))
+        except AddressInUse as err:
+            print(f"{PROG}: error: {err}", file=sys.stderr)
+            return 2
+    except (ConfigError, ValueError, FileNotFoundError, OSError) as err:
+        print(f"{PROG}: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # pragma: no cover - signal handlers take SIGINT
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,192 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class DeviceProfile(_message.Message):
+    __slots__ = ("name", "f_min_ghz", "f_max_ghz", "cycles_per_sample", "uplink_mbps", "downlink_mbps", "kappa", "jitter")
+    class CyclesPerSampleEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    F_MIN_GHZ_FIELD_NUMBER: _ClassVar[int]
+    F_MAX_GHZ_FIELD_NUMBER: _ClassVar[int]
+    CYCLES_PER_SAMPLE_FIELD_NUMBER: _ClassVar[int]
+    UPLINK_MBPS_FIELD_NUMBER: _ClassVar[int]
+    DOWNLINK_MBPS_FIELD_NUMBER: _ClassVar[int]
+    KAPPA_FIELD_NUMBER: _ClassVar[int]
+    JITTER_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    f_min_ghz: float
+    f_max_ghz: float
+    cycles_per_sample: _containers.ScalarMap[str, float]
+    uplink_mbps: float
+    downlink_mbps: float
+    kappa: float
+    jitter: float
+    def __init__(self, name: _Optional[str] = ..., f_min_ghz: _Optional[float] = ..., f_max_ghz: _Optional[float] = ..., cycles_per_sample: _Optional[_Mapping[str, float]] = ..., uplink_mbps: _Optional[float] = ..., downlink_mbps: _Optional[float] = ..., kappa: _Optional[float] = ..., jitter: _Optional[float] = ...) -> None: ...
+
+class RegisterRequest(_message.Message):
+    __slots__ = ("client_name", "label_counts", "device", "home_edge", "token")
+    CLIENT_NAME_FIELD_NUMBER: _ClassVar[int]
+    LABEL_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    HOME_EDGE_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    client_name: str
+    label_counts: _containers.RepeatedScalarFieldContainer[int]
+    device: DeviceProfile
+    home_edge: int
+    token: str
+    def __init__(self, client_name: _Optional[str] = ..., label_counts: _Optional[_Iterable[int]] = ..., device: _Optional[_Union[DeviceProfile, _Mapping]] = ..., home_edge: _Optional[int] = ..., token: _Optional[str] = ...) -> None: ...
+
+class RegisterReply(_message.Message):
+    __slots__ = ("client_id", "edge_id", "edge_address", "num_clients", "num_edges")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    EDGE_ID_FIELD_NUMBER: _ClassVar[int]
+    EDGE_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    NUM_CLIENTS_FIELD_NUMBER: _ClassVar[int]
+    NUM_EDGES_FIELD_NUMBER: _ClassVar[int]
+    client_id: int
+    edge_id: int
+    edge_address: str
+    num_clients: int
+    num_edges: int
+    def __init__(self, client_id: _Optional[int] = ..., edge_id: _Optional[int] = ..., edge_address: _Optional[str] = ..., num_clients: _Optional[int] = ..., num_edges: _Optional[int] = ...) -> None: ...
+
+class ConnectRequest(_message.Message):
+    __slots__ = ("edge_id", "address", "token")
+    EDGE_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    edge_id: int
+    address: str
+    token: str
+    def __init__(self, edge_id: _Optional[int] = ..., address: _Optional[str] = ..., token: _Optional[str] = ...) -> None: ...
+
+class Task(_message.Message):
+    __slots__ = ("task_id", "coalition", "version", "model", "tau_e", "tau_c", "lr", "batch_size", "client_ids", "frequencies_ghz", "seed", "round", "t_hat_round_s")
+    class FrequenciesGhzEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: float
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[float] = ...) -> None: ...
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    COALITION_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    TAU_E_FIELD_NUMBER: _ClassVar[int]
+    TAU_C_FIELD_NUMBER: _ClassVar[int]
+    LR_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_IDS_FIELD_NUMBER: _ClassVar[int]
+    FREQUENCIES_GHZ_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    T_HAT_ROUND_S_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    coalition: int
+    version: int
+    model: bytes
+    tau_e: int
+    tau_c: int
+    lr: float
+    batch_size: int
+    client_ids: _containers.RepeatedScalarFieldContainer[int]
+    frequencies_ghz: _containers.ScalarMap[int, float]
+    seed: int
+    round: int
+    t_hat_round_s: float
+    def __init__(self, task_id: _Optional[str] = ..., coalition: _Optional[int] = ..., version: _Optional[int] = ..., model: _Optional[bytes] = ..., tau_e: _Optional[int] = ..., tau_c: _Optional[int] = ..., lr: _Optional[float] = ..., batch_size: _Optional[int] = ..., client_ids: _Optional[_Iterable[int]] = ..., frequencies_ghz: _Optional[_Mapping[int, float]] = ..., seed: _Optional[int] = ..., round: _Optional[int] = ..., t_hat_round_s: _Optional[float] = ...) -> None: ...
+
+class ClientStat(_message.Message):
+    __slots__ = ("client_id", "edge_round", "samples", "seconds", "f_applied_ghz", "loss")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    EDGE_ROUND_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    F_APPLIED_GHZ_FIELD_NUMBER: _ClassVar[int]
+    LOSS_FIELD_NUMBER: _ClassVar[int]
+    client_id: int
+    edge_round: int
+    samples: int
+    seconds: float
+    f_applied_ghz: float
+    loss: float
+    def __init__(self, client_id: _Optional[int] = ..., edge_round: _Optional[int] = ..., samples: _Optional[int] = ..., seconds: _Optional[float] = ..., f_applied_ghz: _Optional[float] = ..., loss: _Optional[float] = ...) -> None: ...
+
+class SubmitRequest(_message.Message):
+    __slots__ = ("task_id", "edge_id", "model", "num_samples", "stats", "dropped_client_ids", "latency_s", "token")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    EDGE_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    NUM_SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    STATS_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_CLIENT_IDS_FIELD_NUMBER: _ClassVar[int]
+    LATENCY_S_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    edge_id: int
+    model: bytes
+    num_samples: int
+    stats: _containers.RepeatedCompositeFieldContainer[ClientStat]
+    dropped_client_ids: _containers.RepeatedScalarFieldContainer[int]
+    latency_s: float
+    token: str
+    def __init__(self, task_id: _Optional[str] = ..., edge_id: _Optional[int] = ..., model: _Optional[bytes] = ..., num_samples: _Optional[int] = ..., stats: _Optional[_Iterable[_Union[ClientStat, _Mapping]]] = ..., dropped_client_ids: _Optional[_Iterable[int]] = ..., latency_s: _Optional[float] = ..., token: _Optional[str] = ...) -> None: ...
+
+class SubmitReply(_message.Message):
+    __slots__ = ("accepted", "version", "detail")
+    ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    accepted: bool
+    version: int
+    detail: str
+    def __init__(self, accepted: _Optional[bool] = ..., version: _Optional[int] = ..., detail: _Optional[str] = ...) -> None: ...
+
+class StatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class StatusReply(_message.Message):
+    __slots__ = ("phase", "version", "round", "global_rounds", "clients_registered", "expected_clients", "edges_connected", "num_edges", "in_flight")
+    class Phase(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        PHASE_UNSPECIFIED: _ClassVar[StatusReply.Phase]
+        REGISTERING: _ClassVar[StatusReply.Phase]
+        TRAINING: _ClassVar[StatusReply.Phase]
+        DONE: _ClassVar[StatusReply.Phase]
+    PHASE_UNSPECIFIED: StatusReply.Phase
+    REGISTERING: StatusReply.Phase
+    TRAINING: StatusReply.Phase
+    DONE: StatusReply.Phase
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    GLOBAL_ROUNDS_FIELD_NUMBER: _ClassVar[int]
+    CLIENTS_REGISTERED_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_CLIENTS_FIELD_NUMBER: _ClassVar[int]
+    EDGES_CONNECTED_FIELD_NUMBER: _ClassVar[int]
+    NUM_EDGES_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    phase: StatusReply.Phase
+    version: int
+    round: int
+    global_rounds: int
+    clients_registered: int
+    expected_clients: int
+    edges_connected: int
+    num_edges: int
+    in_flight: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, phase: _Optional[_Union[StatusReply.Phase, str]] = ..., version: _Optional[int] = ..., round: _Optional[int] = ..., global_rounds: _Optional[int] = ..., clients_registered: _Optional[int] = ..., expected_clients: _Optional[int] = ..., edges_connected: _Optional[int] = ..., num_edges: _Optional[int] = ..., in_flight: _Optional[_Iterable[int]] = ...) -> None: ...

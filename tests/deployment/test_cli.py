@@ -1,0 +1,158 @@
+"""``fedcure-cloud`` as a process: a whole run, SIGTERM, and a port already in use."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from cloud_server.service import AddressInUse, CloudServer
+from fedcure_app.protocol import cloud_pb2_grpc as pb_grpc
+from tests.deployment.fakes import FakeEdge, channel, make_cfg, register_request, start_cloud
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Cloud:
+    """``python -m cloud_server.cli ...`` with its log lines collected."""
+
+    def __init__(self, *args: str) -> None:
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "cloud_server.cli", *args], cwd=ROOT, env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.log: list[str] = []
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.log.append(line)
+            self.lines.put(line)
+
+    def wait_for(self, pattern: str, timeout: float = 30.0) -> re.Match:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            try:
+                line = self.lines.get(timeout=0.2)
+            except queue.Empty:
+                if self.proc.poll() is not None and self.lines.empty():
+                    break
+                continue
+            m = re.search(pattern, line)
+            if m:
+                return m
+        raise AssertionError(f"no line matching {pattern!r}; log:\n{''.join(self.log)}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(5)
+
+
+@pytest.fixture
+def procs():
+    started: list[Cloud] = []
+    yield started
+    for p in started:
+        p.stop()
+
+
+def test_a_whole_run_through_the_command_line(procs, tmp_path: Path):
+    cloud = Cloud("--listen", "127.0.0.1:0", "--expected-clients", "2", "--edges", "1",
+                  "--rounds", "2", "--method", "fedcure", "--formation", "none",
+                  "--out", str(tmp_path), "--no-plots")
+    procs.append(cloud)
+    port = int(cloud.wait_for(r"listening on 127\.0\.0\.1:(\d+)").group(1))
+    address = f"127.0.0.1:{port}"
+    edge = FakeEdge(address, 0)
+    try:
+        ch = channel(address)
+        stub = pb_grpc.AssociationStub(ch)
+        futs = [stub.Register.future(register_request(f"c{i}", [5] * 10, home=0), timeout=30)
+                for i in range(2)]
+        assert [f.result().edge_address for f in futs] == [edge.address] * 2
+        for _ in range(2):
+            assert edge.submit(edge.next_task(timeout=30)).accepted
+        assert cloud.proc.wait(30) == 0
+        assert edge.ended.wait(5) and edge.end is None
+        ch.close()
+    finally:
+        edge.close()
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["rounds"] == 2 and result["dataset"] == "digits"
+    assert (tmp_path / "final_model.safetensors").stat().st_size > 0
+    assert "training over after 2 rounds" in "".join(cloud.log)
+
+
+def test_sigterm_stops_the_cloud_cleanly(procs, tmp_path: Path):
+    cloud = Cloud("--listen", "127.0.0.1:0", "--expected-clients", "3", "--edges", "1",
+                  "--out", str(tmp_path))
+    procs.append(cloud)
+    cloud.wait_for(r"listening on")
+    cloud.proc.send_signal(signal.SIGTERM)
+    assert cloud.proc.wait(15) == 0
+    assert "SIGTERM received" in "".join(cloud.log)
+
+
+def test_a_port_in_use_is_a_one_line_error(procs):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        cloud = Cloud("--listen", f"127.0.0.1:{port}", "--expected-clients", "2", "--edges", "1")
+        procs.append(cloud)
+        assert cloud.proc.wait(30) == 2
+    text = "".join(cloud.log).strip()
+    assert len(text.splitlines()) == 1, text
+    assert text.startswith("fedcure-cloud: error: cannot listen on 127.0.0.1:"), text
+
+
+def test_two_clouds_cannot_share_a_port(cleanup):
+    first = start_cloud(make_cfg(2, 1), expected=2)
+    cleanup.append(first)
+    second = CloudServer(first.service.__class__(make_cfg(2, 1), expected_clients=2),
+                         f"127.0.0.1:{first.port}")
+    cleanup.append(second)
+    with pytest.raises(AddressInUse):
+        second.start()
+
+
+def test_a_named_dataset_is_evaluated(procs, tmp_path: Path):
+    data = pytest.importorskip("fedcure_app.data")
+    if not hasattr(data, "load_dataset"):
+        pytest.skip("fedcure_app.data.load_dataset is not available")
+    cloud = Cloud("--listen", "127.0.0.1:0", "--expected-clients", "2", "--edges", "1",
+                  "--rounds", "1", "--formation", "none", "--dataset", "digits",
+                  "--out", str(tmp_path), "--no-plots")
+    procs.append(cloud)
+    port = int(cloud.wait_for(r"listening on 127\.0\.0\.1:(\d+)", timeout=60).group(1))
+    address = f"127.0.0.1:{port}"
+    edge = FakeEdge(address, 0)
+    try:
+        ch = channel(address)
+        stub = pb_grpc.AssociationStub(ch)
+        futs = [stub.Register.future(register_request(f"c{i}", [5] * 10, home=0), timeout=30)
+                for i in range(2)]
+        [f.result() for f in futs]
+        task = edge.next_task(timeout=30)
+        assert edge.submit(task, value=0.0).accepted
+        assert cloud.proc.wait(30) == 0
+        ch.close()
+    finally:
+        edge.close()
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert 0.0 <= result["initial_accuracy"] <= 1.0
+    assert result["records"][-1]["accuracy"] is not None
+    assert result["final_accuracy"] == result["records"][-1]["accuracy"]
