@@ -113,7 +113,16 @@ class RunConfig(_Section):
     eval_every: int = Field(5, ge=1)
     seed: int = Field(0, ge=0, le=2**32 - 1)
     executor: ExecutorName = "inprocess"
-    latency_jitter: float = Field(0.1, ge=0.0, le=5.0, description="relative latency jitter")
+
+
+class DevicesConfig(_Section):
+    """The simulated device population and links (deployment measures instead)."""
+
+    mix: list[str] | None = Field(
+        None, description="device presets to draw clients from (default: all presets)"
+    )
+    profiles_file: str | None = Field(None, description="JSON/TOML file of device profiles")
+    edge_link_mbps: float = Field(100.0, gt=0.0, description="edge↔cloud link, Mbit/s")
 
 
 class FedCureConfig(_Section):
@@ -123,6 +132,7 @@ class FedCureConfig(_Section):
     federation: FederationConfig = Field(default_factory=FederationConfig)
     data: DataConfig = Field(default_factory=DataConfig)
     run: RunConfig = Field(default_factory=RunConfig)
+    devices: DevicesConfig = Field(default_factory=DevicesConfig)
 
     @model_validator(mode="after")
     def _concurrency_fits(self) -> "FedCureConfig":
