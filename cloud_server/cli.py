@@ -2,7 +2,8 @@
 
     fedcure-cloud --listen 0.0.0.0:9090 --expected-clients 50 --edges 5 --out results/cloud \\
         [--config fedcure.toml] [--method fedcure] [--rounds 100] [--register-timeout 300] \\
-        [--dataset mnist --data-dir data/mnist] [--token SECRET]
+        [--dataset mnist --data-dir data/mnist] [--token SECRET] \\
+        (--tls-cert server.crt --tls-key server.key [--tls-client-ca ca.crt] | --insecure)
 
 Clients register (``Association.Register``) and learn their edge server; edge servers connect
 (``EdgeLink.Connect``) and receive tasks, answering with ``EdgeLink.Submit``. When the rounds are
@@ -24,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 PROG = "fedcure-cloud"
+#: refuse to serve plaintext without --insecure
+ENFORCE_TLS = True
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,6 +55,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--token", default=os.environ.get("FEDCURE_TOKEN", ""),
                    help="shared secret clients and edges must send (default $FEDCURE_TOKEN)")
     p.add_argument("--no-plots", action="store_true", help="do not write PNG plots")
+    p.add_argument("--resume", action="store_true",
+                   help="resume from the checkpoint in --out/checkpoint when there is one")
+    p.add_argument("--no-checkpoint", action="store_true",
+                   help="write no checkpoints (a crash then loses the run)")
+    p.add_argument("--max-message-mb", type=float, default=None, metavar="MB",
+                   help="largest gRPC message accepted (default 512)")
+    sec = p.add_argument_group("transport security (see `fedcure certs`)")
+    sec.add_argument("--tls-cert", metavar="FILE", help="server certificate (PEM)")
+    sec.add_argument("--tls-key", metavar="FILE", help="server private key (PEM)")
+    sec.add_argument("--tls-client-ca", metavar="FILE",
+                     help="CA (PEM) that client certificates must chain to: mutual TLS")
+    sec.add_argument("--insecure", action="store_true",
+                     help="serve plaintext gRPC without TLS (local testing only)")
     p.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
     return p
 
@@ -98,7 +114,8 @@ def make_evaluator(cfg: Any) -> tuple[Any, int]:
     return evaluator, int(ds.num_classes)
 
 
-async def _run(args: argparse.Namespace, cfg: Any, evaluator: Any) -> int:
+async def _run(args: argparse.Namespace, cfg: Any, evaluator: Any, credentials: Any = None
+               ) -> int:
     from cloud_server.service import CloudService, serve
 
     log = logging.getLogger("fedcure.cloud")
@@ -106,6 +123,8 @@ async def _run(args: argparse.Namespace, cfg: Any, evaluator: Any) -> int:
         cfg, expected_clients=args.expected_clients, out_dir=Path(args.out),
         register_timeout_s=args.register_timeout, token=args.token, evaluator=evaluator,
         write_plots=not args.no_plots,
+        checkpoint_dir=None if args.no_checkpoint else Path(args.out) / "checkpoint",
+        resume=args.resume,
     )
     stop = asyncio.Event()
     got: list[str] = []
@@ -120,8 +139,15 @@ async def _run(args: argparse.Namespace, cfg: Any, evaluator: Any) -> int:
     def bound(port: int) -> None:
         host = args.listen.rsplit(":", 1)[0]
         log.info("listening on %s:%d", host, port)
+        from cloud_server.security import describe_transport
 
-    result = await serve(service, args.listen, on_bound=bound, stop=stop)
+        level, how = describe_transport(insecure=args.insecure, tls_cert=args.tls_cert,
+                                        tls_client_ca=args.tls_client_ca)
+        log.log(level, "serving %s", how)
+
+    max_bytes = None if args.max_message_mb is None else int(args.max_message_mb * 2**20)
+    result = await serve(service, args.listen, on_bound=bound, stop=stop,
+                         credentials=credentials, max_message_bytes=max_bytes)
     if service.failure is not None:
         print(f"{PROG}: error: {service.failure}", file=sys.stderr)
         return 1
@@ -155,6 +181,11 @@ def main(argv: list[str] | None = None) -> int:
         from cloud_server.service import parse_listen
 
         parse_listen(args.listen)
+        from cloud_server.security import transport_from_flags
+
+        credentials = transport_from_flags(
+            insecure=args.insecure, tls_cert=args.tls_cert, tls_key=args.tls_key,
+            tls_client_ca=args.tls_client_ca, enforce=ENFORCE_TLS)
         cfg, named = make_config(args)
         evaluator = None
         if named and not args.no_eval:
@@ -164,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         from cloud_server.service import AddressInUse
 
         try:
-            return asyncio.run(_run(args, cfg, evaluator))
+            return asyncio.run(_run(args, cfg, evaluator, credentials))
         except AddressInUse as err:
             print(f"{PROG}: error: {err}", file=sys.stderr)
             return 2

@@ -11,7 +11,13 @@ One :class:`CloudService` holds the cloud's state and implements the three servi
     ``kmeans``/``meanshift`` cluster the histograms), builds the :class:`FedCureStrategy`, and
     dispatches round 0. Every waiting Register is then answered with the client's ES id and that
     ES's address, once that ES has connected. Client ids are given at formation in natural order
-    of the names (``c2`` before ``c10``), so they do not depend on arrival order.
+    of the names (``c2`` before ``c10``), so they do not depend on arrival order; clients that
+    claimed a partition come first, in partition order.
+
+``Association.Claim``
+    A client without data of its own learns its stable partition index (first come, keyed by
+    name), the partition count and the configuration as JSON, and computes its partition as
+    ``fedcure simulate`` does; ids then equal partition indices, so both form the same coalitions.
 
 ``EdgeLink.Connect`` / ``EdgeLink.Submit``
     ES m (serving coalition m) connects with its Flower SuperLink fleet address and receives a
@@ -77,6 +83,7 @@ from fedcure_app.protocol.codec import (
     unwrap,
 )
 from fedcure_app.strategy import Dispatch, EdgeUpdate, FedCureStrategy
+from cloud_server.screening import NormScreen, distance
 from fedcure_app.tasks import ClientReport, derive_seed
 
 log = logging.getLogger("fedcure.cloud")
@@ -87,6 +94,9 @@ Evaluator = Callable[[list[np.ndarray]], tuple[float, float]]
 PHASE_REGISTERING = pb.StatusReply.REGISTERING
 PHASE_TRAINING = pb.StatusReply.TRAINING
 PHASE_DONE = pb.StatusReply.DONE
+#: plausibility bounds on what an edge reports per client (seconds, GHz)
+MAX_CLIENT_SECONDS = 1e7
+MAX_GHZ = 100.0
 
 
 class CloudError(Exception):
@@ -197,6 +207,10 @@ class _Task:
     sent_at: float | None = None
     reply: pb.SubmitReply | None = None
     pending: asyncio.Future | None = None
+    #: why the task stopped being expected (its deadline passed), None while it is
+    expired: str | None = None
+    #: seconds after ``dispatched_at`` by which the answer must arrive
+    deadline_s: float = math.inf
 
 
 @dataclass
@@ -244,6 +258,8 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
         initial_arrays: list[np.ndarray] | None = None,
         evaluator: Evaluator | None = None,
         write_plots: bool = True,
+        checkpoint_dir: str | Path | None = None,
+        resume: bool = False,
     ) -> None:
         if expected_clients < cfg.federation.num_edges:
             raise ValueError(
@@ -267,6 +283,8 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
         self.phase = PHASE_REGISTERING
         self.strategy: FedCureStrategy | None = None
         self.clients: dict[str, _Client] = {}
+        #: client name -> claimed partition index (Association.Claim)
+        self.claims: dict[str, int] = {}
         self.assignment: np.ndarray | None = None
         self.initial_assignment: np.ndarray | None = None
         self.formation: Any = None
@@ -293,6 +311,17 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
         self._t0: float | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._background: set[asyncio.Task] = set()
+        rel = cfg.reliability
+        #: refuses edge models far outside the recently accepted ones
+        self.screen = NormScreen(rel.norm_factor, rel.norm_window, rel.norm_min_history)
+        #: lost edge servers, expired tasks, reconnections (JSON-safe rows)
+        self.faults: list[dict[str, Any]] = []
+        from cloud_server.checkpoint import CheckpointStore
+
+        #: where the durable state goes (None: no checkpoints)
+        self.checkpoints = CheckpointStore(checkpoint_dir) if checkpoint_dir is not None else None
+        self.resume = bool(resume)
+        self.resumed = False
 
     # ================================================================== lifecycle
     def start(self) -> None:
@@ -310,6 +339,63 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
             self.expected_clients, self.num_edges, self.cfg.method.formation,
             self.cfg.method.scheduler, self.cfg.run.global_rounds, self.register_timeout_s,
         )
+        if self.checkpoints is not None and self.checkpoints.exists():
+            if self.resume:
+                self._resume()
+            else:
+                log.warning("a checkpoint exists in %s but --resume was not given: starting a "
+                            "fresh run that will overwrite it", self.checkpoints.dir)
+        elif self.resume:
+            log.info("--resume: no checkpoint in %s yet; starting a fresh run",
+                     self.checkpoints.dir if self.checkpoints else "(no checkpoint folder)")
+        self._spawn(self._watchdog())
+
+    def _resume(self) -> None:
+        """Restore the state of the last checkpoint (start(), before serving)."""
+        from cloud_server.checkpoint import restore
+
+        assert self.checkpoints is not None and self._formed is not None
+        state, models = self.checkpoints.load()
+        restore(self, state, models)  # no RPC runs yet: nothing to lock against
+        self.resumed = True
+        self.phase = PHASE_TRAINING
+        self._window_closed = True
+        self._forming = True
+        if self._timer is not None:
+            self._timer.cancel()
+        self._formed.set()
+        assert self.strategy is not None
+        self._in_flight_view = sorted(self.strategy.in_flight)
+        for t in self._tasks.values():
+            if self.strategy.in_flight.get(t.dispatch.coalition) is t.dispatch:
+                self._edges[t.dispatch.coalition].current = t
+        self._fault("resumed", None, f"resumed from checkpoint at version "
+                    f"{self.strategy.version}, round {self.strategy.round}")
+        if state["phase"] == "done" or self.strategy.round >= self.cfg.run.global_rounds:
+            self.phase = PHASE_DONE
+            self.result = self._write_results()
+            assert self._done is not None
+            self._done.set()
+            log.info("the checkpointed run was already complete; results rewritten")
+
+    def _fault(self, kind: str, coalition: int | None, detail: str) -> None:
+        """Record a failure event (lost ES, expired task, reconnection, resumption)."""
+        t = time.monotonic() - self._t0 if self._t0 is not None else 0.0
+        self.faults.append({"time_s": t, "kind": kind, "coalition": coalition,
+                            "round": self.strategy.round if self.strategy else 0,
+                            "detail": detail})
+
+    def _finished_in_checkpoint(self) -> bool:
+        return self.strategy is not None and self.strategy.round >= self.cfg.run.global_rounds
+
+    def _save_checkpoint(self) -> None:
+        """Write the durable state (worker thread, holding ``self.lock``)."""
+        if self.checkpoints is None or self.strategy is None:
+            return
+        from cloud_server.checkpoint import snapshot
+
+        state, models = snapshot(self)
+        self.checkpoints.save(state, models)
 
     async def wait_done(self) -> None:
         """Return once the run is over (results written) or has failed."""
@@ -338,7 +424,9 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
 
     # ================================================================== helpers
     def _check_token(self, token: str) -> None:
-        if self.token and token != self.token:
+        from cloud_server.security import token_ok
+
+        if not token_ok(self.token, token):
             raise CloudError(grpc.StatusCode.UNAUTHENTICATED, "wrong or missing token")
 
     def _spawn(self, coro: Any) -> None:
@@ -362,6 +450,53 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
         except CloudError as err:
             await self._abort(context, err)
             raise  # unreachable: abort raises
+
+    async def Claim(self, request: pb.ClaimRequest, context: grpc.aio.ServicerContext
+                    ) -> pb.ClaimReply:
+        """A client's stable partition index, the partition count and the configuration."""
+        try:
+            self._check_token(request.token)
+            index = self._claim(request.client_name.strip(),
+                                request.partition_id if request.HasField("partition_id")
+                                else None)
+        except CloudError as err:
+            await self._abort(context, err)
+            raise  # unreachable: abort raises
+        return pb.ClaimReply(partition_id=index, num_partitions=self.cfg.federation.num_clients,
+                             config_json=self.cfg.model_dump_json(by_alias=True))
+
+    def _claim(self, name: str, wanted: int | None) -> int:
+        n = self.cfg.federation.num_clients
+        if not name:
+            raise CloudError(grpc.StatusCode.INVALID_ARGUMENT, "client_name is empty")
+        held = self.claims.get(name)
+        if held is not None:
+            if wanted is not None and wanted != held:
+                raise CloudError(grpc.StatusCode.FAILED_PRECONDITION,
+                                 f"client {name!r} already holds partition {held}, not {wanted}")
+            return held
+        taken = set(self.claims.values())
+        if wanted is not None:
+            if not 0 <= wanted < n:
+                raise CloudError(grpc.StatusCode.INVALID_ARGUMENT,
+                                 f"partition {wanted} outside [0, {n})")
+            if wanted in taken:
+                raise CloudError(grpc.StatusCode.ALREADY_EXISTS,
+                                 f"partition {wanted} is already held by another client")
+            index = wanted
+        else:
+            free = [i for i in range(n) if i not in taken]
+            if not free:
+                raise CloudError(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                 f"all {n} partitions are taken")
+            index = free[0]
+        self.claims[name] = index
+        log.info("client %r claimed partition %d of %d", name, index, n)
+        return index
+
+    def _client_order(self, name: str) -> tuple[int, list[Any]]:
+        """Client ids follow the claimed partition index, then the name's natural order."""
+        return self.claims.get(name, self.cfg.federation.num_clients), natural_key(name)
 
     def _validate_registration(self, req: pb.RegisterRequest) -> _Client:
         name = req.client_name.strip()
@@ -515,7 +650,7 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
     def _form_and_build(self) -> list[_Task]:
         cfg = self.cfg
         m = self.num_edges
-        names = sorted(self.clients, key=natural_key)
+        names = sorted(self.clients, key=self._client_order)
         clients = [self.clients[nm] for nm in names]
         counts = np.stack([c.label_counts for c in clients])
         initial, notes = initial_partition([c.home_edge for c in clients], m)
@@ -535,6 +670,23 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
             f", average JSD {jsd[0]:.4f} -> {jsd[1]:.4f}" if jsd else "",
         )
         arrays = self._build_initial_arrays()
+        strategy = self._install(clients, initial, assignment, result, jsd, arrays)
+        with self.lock:
+            if self.evaluator is not None:
+                self.initial_accuracy = float(self.evaluator(strategy.global_arrays)[0])
+            dispatches = strategy.dispatch()
+            tasks = [self._make_task(d) for d in dispatches]
+            self._save_checkpoint()
+            return tasks
+
+    def _install(self, clients: list[_Client], initial: np.ndarray, assignment: np.ndarray,
+                 result: Any, jsd: tuple[float, float] | None, arrays: list[np.ndarray]
+                 ) -> FedCureStrategy:
+        """Build the strategy for a formed federation (``clients`` in id order)."""
+        cfg = self.cfg
+        m = self.num_edges
+        counts = np.stack([c.label_counts for c in clients])
+        coalitions = [np.flatnonzero(assignment == e).tolist() for e in range(m)]
         model_bytes = int(sum(a.nbytes for a in arrays))
         population = PopulationArrays.from_profiles([c.profile for c in clients], cfg.data.dataset)
         spr = cfg.method.tau_c * cfg.method.batch_size
@@ -562,10 +714,7 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
             self._counts = counts
             self._jsd_pair = jsd
             self.strategy = strategy
-            if self.evaluator is not None:
-                self.initial_accuracy = float(self.evaluator(strategy.global_arrays)[0])
-            dispatches = strategy.dispatch()
-            return [self._make_task(d) for d in dispatches]
+        return strategy
 
     def _jsd(self, counts: np.ndarray, initial: np.ndarray, assignment: np.ndarray
              ) -> tuple[float, float] | None:
@@ -588,10 +737,21 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
                                                   {"version": str(v)}))
         return self._model_cache[1]
 
-    def _make_task(self, d: Dispatch) -> _Task:
-        """The task message for a dispatch (call with the lock held)."""
+    def _make_task(self, d: Dispatch, *, task_id: str | None = None,
+                   model: bytes | None = None) -> _Task:
+        """The task message for a dispatch (call with the lock held); registers the task.
+
+        ``model``: the encoded model of ``d.version`` (default: the current global model).
+        The deadline is ``deadline-slack`` × the estimator's ``deadline-quantile`` of the
+        coalition's latency, at least ``deadline-min-s``.
+        """
         cfg = self.cfg
-        task_id = f"r{d.round}-c{d.coalition}-v{d.version}"
+        if task_id is None:
+            task_id = base = f"r{d.round}-c{d.coalition}-v{d.version}"
+            n = 1
+            while task_id in self._tasks:  # the coalition was lost and sent the same round again
+                n += 1
+                task_id = f"{base}-{n}"
         msg = pb.Task(
             task_id=task_id,
             coalition=d.coalition,
@@ -606,7 +766,18 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
             round=d.round,
             t_hat_round_s=d.t_hat_round_s,
         )
-        return _Task(task_id, d, WithModel(msg, self._global_model_bytes()), time.monotonic())
+        task = _Task(task_id, d, WithModel(msg, model if model is not None
+                                           else self._global_model_bytes()), time.monotonic())
+        task.deadline_s = self._deadline_s(d.coalition)
+        self._tasks[task_id] = task
+        return task
+
+    def _deadline_s(self, m: int) -> float:
+        """How long coalition m may take before it counts as lost (seconds)."""
+        from cloud_server.failover import task_deadline_s
+
+        assert self.strategy is not None
+        return task_deadline_s(self.strategy.estimator, m, self.cfg.reliability)
 
     async def _publish(self, tasks: list[_Task]) -> None:
         """Make new tasks visible to their edges' streams (event-loop thread)."""
@@ -647,6 +818,8 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
                  " again" if edge.connects > 1 else "")
         async with edge.cond:
             edge.cond.notify_all()  # a previous stream of this edge ends
+        if self.strategy is not None and m in self.strategy.unavailable and not self.done:
+            await self._take_back(m, "its edge server connected again")
         last: _Task | None = None
         try:
             while True:
@@ -655,7 +828,8 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
                 def ready() -> bool:
                     cur = edge.current
                     return (done.is_set() or edge.generation != gen
-                            or (cur is not None and cur is not last and cur.reply is None))
+                            or (cur is not None and cur is not last and cur.reply is None
+                                and cur.expired is None))
 
                 async with edge.cond:
                     await edge.cond.wait_for(ready)
@@ -681,8 +855,14 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
         finally:
             if edge.generation == gen:
                 edge.connected.clear()
-                if not self._done.is_set():
+                # phase DONE shows in Monitor.Status while the results are still being
+                # written (before _done is set): edges that saw it and left are not lost
+                if not self._done.is_set() and self.phase != PHASE_DONE:
                     log.warning("edge %d disconnected", m)
+                    s = self.strategy
+                    if (s is not None and not self._closing and m not in s.in_flight
+                            and m not in s.unavailable):
+                        self._spawn(self._lose(m, None, "its edge server disconnected while idle"))
 
     # ================================================================== EdgeLink.Submit
     async def Submit(self, request: pb.SubmitRequest, context: grpc.aio.ServicerContext
@@ -718,24 +898,36 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
             return task.reply
         strategy = self.strategy
         assert strategy is not None
+        if task.expired is not None:
+            m = task.dispatch.coalition
+            if m in strategy.unavailable and not self.done:
+                await self._take_back(m, "its edge server answered after the deadline")
+            raise CloudError(grpc.StatusCode.FAILED_PRECONDITION,
+                             f"task {task.task_id} expired ({task.expired}); not aggregated")
         if strategy.in_flight.get(task.dispatch.coalition) is not task.dispatch:
             raise CloudError(grpc.StatusCode.FAILED_PRECONDITION,
                              f"task {task.task_id} is no longer expected")
         if req.num_samples <= 0:
             raise CloudError(grpc.StatusCode.INVALID_ARGUMENT,
                              f"num_samples must be > 0, got {req.num_samples}")
+        if not (math.isfinite(req.latency_s) and req.latency_s >= 0):
+            raise CloudError(grpc.StatusCode.INVALID_ARGUMENT,
+                             f"latency_s must be finite seconds >= 0, got {req.latency_s}")
         members = set(task.dispatch.clients)
-        strangers = sorted({s.client_id for s in req.stats} - members)
+        strangers = sorted(({s.client_id for s in req.stats}
+                            | set(req.dropped_client_ids)) - members)
         if strangers:
             raise CloudError(grpc.StatusCode.INVALID_ARGUMENT,
-                             f"stats for clients {strangers[:5]} outside coalition "
+                             f"stats or drop-outs for clients {strangers[:5]} outside coalition "
                              f"{task.dispatch.coalition}")
         for s in req.stats:
-            if not (math.isfinite(s.seconds) and s.seconds >= 0
-                    and math.isfinite(s.f_applied_ghz) and s.f_applied_ghz >= 0):
+            if not (math.isfinite(s.seconds) and 0 <= s.seconds <= MAX_CLIENT_SECONDS
+                    and math.isfinite(s.f_applied_ghz) and 0 <= s.f_applied_ghz <= MAX_GHZ
+                    and s.samples >= 0 and s.edge_round >= 0):
                 raise CloudError(grpc.StatusCode.INVALID_ARGUMENT,
-                                 f"client {s.client_id}: seconds and f_applied_ghz must be "
-                                 "finite and >= 0")
+                                 f"client {s.client_id}: seconds must be in [0, "
+                                 f"{MAX_CLIENT_SECONDS:g}], f_applied_ghz in [0, {MAX_GHZ:g}], "
+                                 "samples and edge_round >= 0")
 
         task.pending = self._loop.create_future()  # type: ignore[union-attr]
         try:
@@ -809,10 +1001,16 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
         d = task.dispatch
         with self.lock:
             t0 = time.perf_counter()
+            dist = distance(arrays, strategy.global_arrays)
+            refused = self.screen.check(dist)
+            if refused is not None:
+                raise CloudError(grpc.StatusCode.INVALID_ARGUMENT,
+                                 f"task {task.task_id}: {refused}")
             rec = strategy.on_arrival(EdgeUpdate(
                 coalition=d.coalition, base_version=d.version, arrays=arrays,
                 num_samples=num_samples, latency_s=latency,
             ))
+            self.screen.accept(dist)
             t1 = time.perf_counter()
             finished = rec.round >= self.cfg.run.global_rounds
             new = [] if finished else [self._make_task(x) for x in strategy.dispatch()]
@@ -845,7 +1043,87 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
                 "dropped": dropped,
             }
             self.records.append(row)
+            # the reply promises durability: checkpoint before anyone hears of the new version
+            task.reply = pb.SubmitReply(accepted=True, version=rec.version,
+                                        detail=f"aggregated as round {rec.round}")
+            self._save_checkpoint()
             return _Arrival(row, new, finished)
+
+    # ================================================================== failures
+    async def _watchdog(self) -> None:
+        """Expire tasks past their deadline (see ``cloud_server.failover``)."""
+        from cloud_server.failover import overdue
+
+        period = max(0.05, min(1.0, self.cfg.reliability.deadline_min_s / 4))
+        while not self._closing and not self.done:
+            await asyncio.sleep(period)
+            s = self.strategy
+            if s is None or self.phase != PHASE_TRAINING:
+                continue
+            now = time.monotonic()
+            for m, d in list(s.in_flight.items()):
+                task = self._edges[m].current
+                if (task is None or task.dispatch is not d or task.pending is not None
+                        or task.reply is not None):
+                    continue
+                if overdue(task.dispatched_at, task.deadline_s, now):
+                    await self._lose(m, task, f"no answer within its {task.deadline_s:.1f} s "
+                                              "deadline")
+
+    async def _lose(self, m: int, task: "_Task | None", why: str) -> None:
+        """Mark coalition m unavailable (its task, if any, expires) and refill the slot."""
+        assert self._arrival_lock is not None
+        async with self._arrival_lock:
+            s = self.strategy
+            if s is None or self.done or m in s.unavailable:
+                return
+            if task is not None and (s.in_flight.get(m) is not task.dispatch
+                                     or task.pending is not None or task.reply is not None):
+                return  # answered meanwhile
+            if task is None and m in s.in_flight:
+                return  # it got a task meanwhile: the deadline decides
+
+            def work() -> list[_Task]:
+                with self.lock:
+                    s.mark_unavailable(m)
+                    if task is not None:
+                        task.expired = why
+                    new = [self._make_task(d) for d in s.refill()]
+                    self._fault("lost", m, f"coalition {m} unavailable: {why}"
+                                + (f" (task {task.task_id})" if task is not None else "")
+                                + (f"; dispatched {[t.dispatch.coalition for t in new]}"
+                                   if new else ""))
+                    self._save_checkpoint()
+                    return new
+
+            new = await asyncio.to_thread(work)
+            edge = self._edges[m]
+            if task is not None and edge.current is task:
+                edge.current = None
+            log.warning("coalition %d marked unavailable: %s%s", m, why,
+                        f"; dispatched {[t.dispatch.coalition for t in new]} instead"
+                        if new else "")
+            await self._publish(new)
+
+    async def _take_back(self, m: int, why: str) -> None:
+        """Let coalition m be scheduled again and fill free slots."""
+        assert self._arrival_lock is not None
+        async with self._arrival_lock:
+            s = self.strategy
+            if s is None or self.done or m not in s.unavailable:
+                return
+
+            def work() -> list[_Task]:
+                with self.lock:
+                    s.mark_available(m)
+                    new = [self._make_task(d) for d in s.refill()]
+                    self._fault("back", m, f"coalition {m} available again: {why}")
+                    self._save_checkpoint()
+                    return new
+
+            new = await asyncio.to_thread(work)
+            log.info("coalition %d available again: %s", m, why)
+            await self._publish(new)
 
     def _evaluate(self) -> tuple[float, float]:
         assert self.evaluator is not None and self.strategy is not None
@@ -858,6 +1136,15 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
     async def _finish(self) -> None:
         assert self._done is not None
         self.phase = PHASE_DONE
+
+        def final_checkpoint() -> None:
+            with self.lock:
+                self._save_checkpoint()
+
+        try:
+            await asyncio.to_thread(final_checkpoint)
+        except Exception:  # noqa: BLE001
+            log.exception("writing the final checkpoint failed")
         try:
             self.result = await asyncio.to_thread(self._write_results)
         except Exception:  # noqa: BLE001
@@ -916,6 +1203,10 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
             ],
             "edges": {str(e.edge_id): e.address for e in self._edges.values()},
             "final_version": strategy.version,
+            "faults": list(self.faults),
+            "checkpoints": None if self.checkpoints is None else {
+                "dir": str(self.checkpoints.dir), "writes": self.checkpoints.writes,
+                "seconds": self.checkpoints.seconds},
             "records": records,
         }
 
@@ -986,10 +1277,14 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def _bind(server: grpc.aio.Server, listen: str) -> int:
+def _bind(server: grpc.aio.Server, listen: str,
+          credentials: grpc.ServerCredentials | None = None) -> int:
     parse_listen(listen)
     try:
-        port = server.add_insecure_port(listen)
+        if credentials is None:
+            port = server.add_insecure_port(listen)
+        else:
+            port = server.add_secure_port(listen, credentials)
     except RuntimeError:
         port = 0
     if port == 0:
@@ -1001,14 +1296,30 @@ def _bind(server: grpc.aio.Server, listen: str) -> int:
 
 async def serve(service: CloudService, listen: str, *,
                 on_bound: Callable[[int], None] | None = None,
-                stop: asyncio.Event | None = None, grace_s: float = 2.0) -> dict[str, Any] | None:
+                stop: asyncio.Event | None = None, grace_s: float = 2.0,
+                credentials: grpc.ServerCredentials | None = None,
+                linger_s: float = 3.0,
+                max_message_bytes: int | None = None) -> dict[str, Any] | None:
     """Run ``service`` on ``listen`` (host:port) until it is done or ``stop`` is set.
 
+    ``credentials``: TLS server credentials (``cloud_server.security``); None serves plaintext.
+    ``linger_s``: after a finished run, keep answering ``Monitor.Status`` (phase DONE) this long
+    so that clients polling it learn that training is over (``stop`` cuts it short).
+    ``max_message_bytes``: largest request accepted (RESOURCE_EXHAUSTED above; default the
+    codec's limit).
     Returns the result dict (None when stopped before the end). Raises :class:`AddressInUse`.
     """
-    server = grpc.aio.server(options=GRPC_OPTIONS)
+    options = list(GRPC_OPTIONS)
+    if max_message_bytes is not None:
+        if max_message_bytes < 1024:
+            raise ValueError(f"max message size must be >= 1 KiB, got {max_message_bytes} B")
+        options = [o for o in options if o[0] != "grpc.max_receive_message_length"]
+        options.append(("grpc.max_receive_message_length", int(max_message_bytes)))
+    from cloud_server.guard import MalformedRequestGuard
+
+    server = grpc.aio.server(options=options, interceptors=[MalformedRequestGuard()])
     add_servicers(server, service)
-    port = _bind(server, listen)
+    port = _bind(server, listen, credentials)
     service.start()
     await server.start()
     if on_bound is not None:
@@ -1018,6 +1329,12 @@ async def serve(service: CloudService, listen: str, *,
         waiters.append(asyncio.ensure_future(stop.wait()))
     try:
         await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        if linger_s > 0 and service.phase == PHASE_DONE and not (stop and stop.is_set()):
+            pending = [w for w in waiters if not w.done()]  # the stop event, if any
+            if pending:
+                await asyncio.wait(pending, timeout=linger_s)
+            else:
+                await asyncio.sleep(linger_s)
     finally:
         for w in waiters:
             w.cancel()
@@ -1033,9 +1350,13 @@ class CloudServer:
     run to end on its own.
     """
 
-    def __init__(self, service: CloudService, listen: str = "127.0.0.1:0") -> None:
+    def __init__(self, service: CloudService, listen: str = "127.0.0.1:0",
+                 credentials: grpc.ServerCredentials | None = None,
+                 max_message_bytes: int | None = None) -> None:
         self.service = service
         self.listen = listen
+        self.credentials = credentials
+        self.max_message_bytes = max_message_bytes
         self.port: int | None = None
         self.error: BaseException | None = None
         self._thread: threading.Thread | None = None
@@ -1067,7 +1388,9 @@ class CloudServer:
                 self.port = port
                 self._ready.set()
 
-            await serve(self.service, self.listen, on_bound=bound, stop=self._stop, grace_s=0.5)
+            await serve(self.service, self.listen, on_bound=bound, stop=self._stop, grace_s=0.5,
+                        credentials=self.credentials, linger_s=0.0,
+                        max_message_bytes=self.max_message_bytes)
 
         try:
             asyncio.run(main())

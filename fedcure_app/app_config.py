@@ -37,7 +37,7 @@ APP_OPTION_DEFAULTS: dict[str, Any] = {
     # where the ServerApp writes result.json and the plots (relative: to its working directory)
     "out-dir": "results/flwr",
     # what the ServerApp runs: "simulation" (the whole hierarchy on a simulated clock);
-    # "edge" (deployment: one ES serving its coalition for the cloud) comes later
+    # "edge" (deployment: one ES serving its coalition for the cloud, started by fedcure-edge)
     "role": "simulation",
     # how a ClientApp applies its frequency directive: "emulate" | "sysfs" | "off"
     # (a SuperNode's node-config key "cpufreq" overrides it)
@@ -48,6 +48,9 @@ APP_OPTION_DEFAULTS: dict[str, Any] = {
     "poll-interval": 0.01,
     # seconds to wait for the SuperNodes to register (and answer the id query)
     "discovery-timeout": 120.0,
+    # role "edge": the JSON file fedcure-edge writes for its ServerApp (cloud address, edge id,
+    # advertised address, token, TLS files; see edge_server.settings)
+    "edge-file": "",
 }
 
 #: Optional string knobs for which ``""`` means "unset".
@@ -65,6 +68,7 @@ class AppOptions:
     edge_timeout_s: float | None = None
     poll_interval_s: float = APP_OPTION_DEFAULTS["poll-interval"]
     discovery_timeout_s: float = APP_OPTION_DEFAULTS["discovery-timeout"]
+    edge_file: str = ""
 
 
 def _norm(key: str) -> str:
@@ -96,6 +100,7 @@ def app_options(run_config: Mapping[str, Any]) -> AppOptions:
         out_dir=out_dir, role=role, cpufreq=cpufreq,
         edge_timeout_s=timeout if timeout > 0 else None,
         poll_interval_s=poll, discovery_timeout_s=discovery,
+        edge_file=str(get("edge-file") or ""),
     )
 
 

@@ -14,7 +14,10 @@ Handlers (message contents in :mod:`fedcure_app.edge`):
 Which data a client holds: the run config names the dataset and the partition (the same flat
 keys as :func:`fedcure_app.config.apply_flat`, see :mod:`fedcure_app.app_config`); the client's
 id comes from the message's ``client-id`` (in simulation it equals the node's
-``partition-id``). Dataset, partition, device profiles and per-client tensors are cached at
+``partition-id``). A deployed SuperNode (started by ``fedcure-client``) instead names its own
+data in its node config: ``data-file`` (a :mod:`fedcure_app.node_data` file with the samples and
+the device profile) and ``client-id`` (the cloud's id for it); its ClientApp refuses messages
+for any other client id, and logs each applied directive next to the data file. Dataset, partition, device profiles and per-client tensors are cached at
 module level, keyed by the run-config values they depend on, since simulation actors persist
 across messages.
 
@@ -145,38 +148,110 @@ def _check_fingerprint(state: _ClientState, config: ConfigRecord) -> None:
         )
 
 
+@dataclass
+class _DeployedState:
+    """A deployed node's own client (``data-file`` in its node config), loaded once."""
+
+    path: str
+    client: int
+    data: Any  # fedcure_app.node_data.NodeData
+    x: torch.Tensor
+    y: torch.Tensor
+    model: torch.nn.Module
+    actuators: dict[str, FrequencyActuator] = field(default_factory=dict)
+
+    def actuator(self, kind: str) -> FrequencyActuator:
+        if kind not in self.actuators:
+            self.actuators[kind] = make_actuator(kind, self.data.profile)
+        return self.actuators[kind]
+
+
+_deployed: dict[tuple[str, int], _DeployedState] = {}
+
+
+def deployed_state(context: Context) -> _DeployedState | None:
+    """The node's own client when its node config names a ``data-file``, else None."""
+    path = context.node_config.get("data-file")
+    if not path:
+        return None
+    if "client-id" not in context.node_config:
+        raise ValueError("node config has data-file but no client-id")
+    client = int(context.node_config["client-id"])
+    key = (str(path), client)
+    with _lock:
+        state = _deployed.get(key)
+        if state is None:
+            from fedcure_app.node_data import load_node_data
+
+            data = load_node_data(str(path))
+            state = _DeployedState(
+                path=str(path), client=client, data=data,
+                x=torch.from_numpy(data.x), y=torch.from_numpy(data.y),
+                model=build_model(data.dataset, data.num_classes),
+            )
+            _deployed.clear()
+            _deployed[key] = state
+        return state
+
+
+def _check_deployed_id(state: _DeployedState, config: ConfigRecord | None) -> None:
+    if config is not None and "client-id" in config and int(config["client-id"]) != state.client:
+        raise ValueError(
+            f"this SuperNode holds client {state.client}, but the message is for client "
+            f"{int(config['client-id'])}"
+        )
+
+
 @app.train()
 def train(msg: Message, context: Context) -> Message:
     """Train ``tau-c`` local steps on this client's data at the directed CPU frequency."""
-    cfg = _config(context.run_config)
-    state = client_state(cfg)
     conf = msg.content["config"]
-    _check_fingerprint(state, conf)
-    client = _client_id(state, conf, context)
-    pid = context.node_config.get("partition-id")
-    if pid is not None and int(pid) != client:
-        log.warning("node with partition-id %s asked to train client %d", pid, client)
     kind = str(context.node_config.get("cpufreq", app_options(context.run_config).cpufreq))
-    actuator = state.actuator(client, kind)
+    deployed = deployed_state(context)
+    if deployed is not None:
+        _check_deployed_id(deployed, conf)
+        client = deployed.client
+        actuator = deployed.actuator(kind)
+        f_max = deployed.data.profile.f_max_ghz
+        x, y, model = deployed.x, deployed.y, deployed.model
+    else:
+        cfg = _config(context.run_config)
+        state = client_state(cfg)
+        _check_fingerprint(state, conf)
+        client = _client_id(state, conf, context)
+        pid = context.node_config.get("partition-id")
+        if pid is not None and int(pid) != client:
+            log.warning("node with partition-id %s asked to train client %d", pid, client)
+        actuator = state.actuator(client, kind)
+        f_max = state.profiles[client].f_max_ghz
+        x, y = state.data(client)
+        model = state.model
     f_req = float(conf.get("freq-ghz", 0.0))
     # no directive (0): run flat out
-    f_applied = float(actuator.apply(f_req if f_req > 0 else state.profiles[client].f_max_ghz))
-
-    x, y = state.data(client)
-    model = state.model
+    f_applied = float(actuator.apply(f_req if f_req > 0 else f_max))
     set_weights(model, msg.content["arrays"].to_numpy_ndarrays())
     res = train_local(
         model, x, y,
         steps=int(conf["tau-c"]), lr=float(conf["lr"]), batch_size=int(conf["batch-size"]),
         seed=int(conf["seed"]),
     )
+    seconds = float(actuator.stretch(res.seconds, f_applied))
     metrics = MetricRecord({
         "num-examples": int(len(y)),
         "samples": int(res.samples),
-        "seconds": float(actuator.stretch(res.seconds, f_applied)),
+        "seconds": seconds,
         "f-applied-ghz": f_applied,
         "loss": float(res.loss),
     })
+    if deployed is not None:
+        from fedcure_app.node_data import append_applied
+
+        append_applied(deployed.path, {
+            "client": client, "task": str(conf.get("task-id", "")),
+            "edge_round": int(conf.get("edge-round", 0)), "directive_ghz": f_req,
+            "applied_ghz": f_applied, "cpufreq": kind, "measured_s": float(res.seconds),
+            "seconds": seconds,
+        })
     content = RecordDict({"arrays": ArrayRecord(get_weights(model)), "metrics": metrics})
     return Message(content, reply_to=msg)
 
@@ -197,13 +272,19 @@ def query(msg: Message, context: Context) -> Message:
 @app.evaluate()
 def evaluate_local(msg: Message, context: Context) -> Message:
     """Loss and accuracy of the sent model on this client's training data."""
-    cfg = _config(context.run_config)
-    state = client_state(cfg)
     conf = msg.content.config_records.get("config")
-    client = _client_id(state, conf, context)
-    x, y = state.data(client)
-    set_weights(state.model, msg.content["arrays"].to_numpy_ndarrays())
-    res = evaluate(state.model, x, y)
+    deployed = deployed_state(context)
+    if deployed is not None:
+        _check_deployed_id(deployed, conf)
+        x, y, model = deployed.x, deployed.y, deployed.model
+    else:
+        cfg = _config(context.run_config)
+        state = client_state(cfg)
+        client = _client_id(state, conf, context)
+        x, y = state.data(client)
+        model = state.model
+    set_weights(model, msg.content["arrays"].to_numpy_ndarrays())
+    res = evaluate(model, x, y)
     metrics = MetricRecord({
         "num-examples": int(res.samples), "loss": float(res.loss),
         "accuracy": float(res.accuracy),
@@ -211,4 +292,4 @@ def evaluate_local(msg: Message, context: Context) -> Message:
     return Message(RecordDict({"metrics": metrics}), reply_to=msg)
 
 
-__all__ = ["app", "client_state"]
+__all__ = ["app", "client_state", "deployed_state"]

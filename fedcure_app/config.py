@@ -125,6 +125,21 @@ class DevicesConfig(_Section):
     edge_link_mbps: float = Field(100.0, gt=0.0, description="edge↔cloud link, Mbit/s")
 
 
+class ReliabilityConfig(_Section):
+    """How the cloud screens edge models and notices a lost edge server (deployment)."""
+
+    norm_factor: float = Field(
+        10.0, gt=1.0, description="refuse an edge model farther from the global model than "
+        "norm-factor × the median distance of recently accepted ones")
+    norm_window: int = Field(20, ge=1, le=100_000, description="accepted distances remembered")
+    norm_min_history: int = Field(
+        3, ge=1, le=100_000, description="accepted models needed before the norm screen acts")
+    deadline_quantile: float = Field(
+        0.99, gt=0.0, lt=1.0, description="latency quantile (estimator) a task's deadline uses")
+    deadline_slack: float = Field(2.0, ge=1.0, description="deadline = slack × that quantile")
+    deadline_min_s: float = Field(30.0, gt=0.0, description="shortest task deadline, seconds")
+
+
 class FedCureConfig(_Section):
     """The whole configuration: one object for every role."""
 
@@ -133,6 +148,7 @@ class FedCureConfig(_Section):
     data: DataConfig = Field(default_factory=DataConfig)
     run: RunConfig = Field(default_factory=RunConfig)
     devices: DevicesConfig = Field(default_factory=DevicesConfig)
+    reliability: ReliabilityConfig = Field(default_factory=ReliabilityConfig)
 
     @model_validator(mode="after")
     def _concurrency_fits(self) -> "FedCureConfig":

@@ -11,8 +11,10 @@ standard plots in ``out-dir`` (relative paths resolve against the ServerApp's wo
 directory, which under ``flwr run`` is the directory the local SuperLink was started from; the
 absolute path is logged).
 
-``role = "edge"`` (deployment: one edge server running its coalition's tasks for the cloud
-over gRPC) belongs to a later issue; :func:`run_edge_role` is its slot.
+``role = "edge"`` (deployment): one edge server running its coalition's tasks for the cloud
+over gRPC. ``fedcure-edge`` submits this ServerApp to its own SuperLink with a run config whose
+``edge-file`` names its settings (cloud address, edge id, advertised address, token, TLS);
+:func:`run_edge_role` hands the grid to :func:`edge_server.serve.serve_edge`.
 """
 
 from __future__ import annotations
@@ -118,11 +120,20 @@ def run_simulation_role(
 
 
 def run_edge_role(grid: Grid, run_config: dict[str, Any], opts: AppOptions) -> None:
-    """The deployed edge server (later issue): serve the cloud's tasks with
-    :func:`fedcure_app.edge.run_edge_task` on this SuperLink's grid."""
-    raise NotImplementedError(
-        "role 'edge' (the deployed edge server) is not available yet; use role='simulation'"
-    )
+    """The deployed edge server: serve the cloud's tasks with
+    :func:`fedcure_app.edge.run_edge_task` on this SuperLink's grid until training is over."""
+    from edge_server.serve import serve_edge
+    from edge_server.settings import EdgeSettings
+
+    if not opts.edge_file:
+        raise ValueError("role 'edge' needs the run-config key edge-file (start the edge with "
+                         "fedcure-edge, which writes it)")
+    settings = EdgeSettings.load(opts.edge_file)
+    log(INFO, "[fedcure] edge %d: serving the cloud at %s; clients reach this SuperLink at %s",
+        settings.edge_id, settings.cloud, settings.advertise)
+    stats = serve_edge(grid, settings)
+    log(INFO, "[fedcure] edge %d done: %d tasks, %d edge rounds", settings.edge_id, stats.tasks,
+        stats.edge_rounds)
 
 
 @app.main()

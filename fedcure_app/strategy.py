@@ -253,6 +253,24 @@ class FedCureStrategy:
             t_hat_s=t_hat,
         )
 
+    def refill(self) -> list[Dispatch]:
+        """Fill free slots without closing a round (queues unchanged): after a coalition was
+        lost mid-task, so that training goes on with the others. Before round 0: no-op."""
+        if not self._started:
+            return []
+        estimates = self.estimator.mean()
+        free = self.max_concurrent - len(self.in_flight)
+        candidates = self.available()
+        out: list[Dispatch] = []
+        while free > 0 and candidates:
+            pick = int(self.scheduler.select(candidates, estimates))
+            candidates.remove(pick)
+            free -= 1
+            d = self._make_dispatch(pick, estimates)
+            self.in_flight[d.coalition] = d
+            out.append(d)
+        return out
+
     # ------------------------------------------------------------------ availability
     def mark_unavailable(self, m: int) -> None:
         """Take coalition m out of scheduling (its ES is gone); drops its in-flight task."""

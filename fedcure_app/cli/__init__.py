@@ -15,7 +15,7 @@ import sys
 from fedcure_app.config import ConfigError
 
 #: Sub-command modules, in the order ``fedcure --help`` lists them.
-SUBCOMMANDS: tuple[str, ...] = ("form", "data", "simulate")
+SUBCOMMANDS: tuple[str, ...] = ("form", "data", "simulate", "launch", "certs", "experiment")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -62,6 +62,26 @@ class RegisterReply(_message.Message):
     num_edges: int
     def __init__(self, client_id: _Optional[int] = ..., edge_id: _Optional[int] = ..., edge_address: _Optional[str] = ..., num_clients: _Optional[int] = ..., num_edges: _Optional[int] = ...) -> None: ...
 
+class ClaimRequest(_message.Message):
+    __slots__ = ("client_name", "partition_id", "token")
+    CLIENT_NAME_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    client_name: str
+    partition_id: int
+    token: str
+    def __init__(self, client_name: _Optional[str] = ..., partition_id: _Optional[int] = ..., token: _Optional[str] = ...) -> None: ...
+
+class ClaimReply(_message.Message):
+    __slots__ = ("partition_id", "num_partitions", "config_json")
+    PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
+    NUM_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_JSON_FIELD_NUMBER: _ClassVar[int]
+    partition_id: int
+    num_partitions: int
+    config_json: str
+    def __init__(self, partition_id: _Optional[int] = ..., num_partitions: _Optional[int] = ..., config_json: _Optional[str] = ...) -> None: ...
+
 class ConnectRequest(_message.Message):
     __slots__ = ("edge_id", "address", "token")
     EDGE_ID_FIELD_NUMBER: _ClassVar[int]

@@ -42,6 +42,11 @@ class AssociationStub:
                 request_serializer=fedcure__app_dot_protocol_dot_cloud__pb2.RegisterRequest.SerializeToString,
                 response_deserializer=fedcure__app_dot_protocol_dot_cloud__pb2.RegisterReply.FromString,
                 _registered_method=True)
+        self.Claim = channel.unary_unary(
+                '/fedcure.v1.Association/Claim',
+                request_serializer=fedcure__app_dot_protocol_dot_cloud__pb2.ClaimRequest.SerializeToString,
+                response_deserializer=fedcure__app_dot_protocol_dot_cloud__pb2.ClaimReply.FromString,
+                _registered_method=True)
 
 
 class AssociationServicer:
@@ -56,6 +61,12 @@ class AssociationServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Claim(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AssociationServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -63,6 +74,11 @@ def add_AssociationServicer_to_server(servicer, server):
                     servicer.Register,
                     request_deserializer=fedcure__app_dot_protocol_dot_cloud__pb2.RegisterRequest.FromString,
                     response_serializer=fedcure__app_dot_protocol_dot_cloud__pb2.RegisterReply.SerializeToString,
+            ),
+            'Claim': grpc.unary_unary_rpc_method_handler(
+                    servicer.Claim,
+                    request_deserializer=fedcure__app_dot_protocol_dot_cloud__pb2.ClaimRequest.FromString,
+                    response_serializer=fedcure__app_dot_protocol_dot_cloud__pb2.ClaimReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -95,6 +111,33 @@ class Association:
             '/fedcure.v1.Association/Register',
             fedcure__app_dot_protocol_dot_cloud__pb2.RegisterRequest.SerializeToString,
             fedcure__app_dot_protocol_dot_cloud__pb2.RegisterReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Claim(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fedcure.v1.Association/Claim',
+            fedcure__app_dot_protocol_dot_cloud__pb2.ClaimRequest.SerializeToString,
+            fedcure__app_dot_protocol_dot_cloud__pb2.ClaimReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -29,7 +29,9 @@ class Cloud:
     def __init__(self, *args: str) -> None:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "cloud_server.cli", *args], cwd=ROOT, env=env,
+            [sys.executable, "-m", "cloud_server.cli", *args,
+             *([] if {"--insecure", "--tls-cert"} & set(args) else ["--insecure"])],
+            cwd=ROOT, env=env,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines: queue.Queue[str] = queue.Queue()
         self.log: list[str] = []

@@ -1,0 +1,323 @@
+"""``fedcure-client``: one client device of a FedCure deployment.
+
+    fedcure-client --cloud HOST:PORT [--name NAME] [--dataset D] [--data-dir DIR] \\
+        [--partition-id I --num-partitions N] [--cpufreq sysfs|emulate|off] [--token T] \\
+        [--insecure] [--tls-ca FILE] [--work-dir DIR]
+    fedcure-client --probe
+
+1. Claims its partition (``Association.Claim``, keyed by ``--name``, default
+   ``<hostname>-<pid>``; ``--partition-id`` asks for a given one) and gets the cloud's
+   configuration, from which it computes exactly the partition ``fedcure simulate`` would
+   (:func:`fedcure_app.app_config.partition_for`), its label counts, its initial ES and its
+   simulated device profile.
+2. Registers (``Association.Register``; it answers once coalition formation has run and the
+   chosen ES is up) and learns its client id and its ES's address.
+3. Writes its data file (:mod:`fedcure_app.node_data`) and starts ``flower-supernode`` to that
+   ES with node config ``client-id=<id> cpufreq=<mode> data-file=<path>`` on its own free
+   ClientAppIo (runtime) port.
+4. Polls ``Monitor.Status`` and exits 0 when the cloud reports training done (and on
+   SIGTERM/SIGINT), stopping the SuperNode and everything it started.
+
+``--probe`` prints this machine's device profile (cores, cpufreq frequencies, governor, memory)
+as JSON and exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+PROG = "fedcure-client"
+log = logging.getLogger("fedcure.client")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description="FedCure client: register with the "
+                                "cloud, then run a Flower SuperNode to the assigned edge server.")
+    p.add_argument("--cloud", metavar="HOST:PORT", help="the cloud's address")
+    p.add_argument("--name", help="stable client name (default <hostname>-<pid>)")
+    p.add_argument("--dataset", help="dataset the client holds; must match the cloud's")
+    p.add_argument("--data-dir", metavar="DIR", help="root holding the dataset files")
+    p.add_argument("--partition-id", type=int, metavar="I",
+                   help="ask for partition I (default: the cloud assigns one)")
+    p.add_argument("--num-partitions", type=int, metavar="N",
+                   help="check that the cloud's configuration has N partitions")
+    p.add_argument("--cpufreq", choices=["sysfs", "emulate", "off"], default="emulate",
+                   help="how the ClientApp applies CPU-frequency directives (default emulate)")
+    p.add_argument("--token", default=os.environ.get("FEDCURE_TOKEN", ""),
+                   help="the cloud's shared secret (default $FEDCURE_TOKEN)")
+    sec = p.add_argument_group("transport security (see `fedcure certs`)")
+    sec.add_argument("--insecure", action="store_true",
+                     help="plaintext to the cloud and to the edge (local testing only)")
+    sec.add_argument("--tls-ca", metavar="FILE",
+                     help="CA (PEM) that verifies the cloud and the edge's SuperLink")
+    sec.add_argument("--tls-cert", metavar="FILE",
+                     help="client certificate for mutual TLS with the cloud")
+    sec.add_argument("--tls-key", metavar="FILE", help="its private key")
+    p.add_argument("--work-dir", metavar="DIR",
+                   help="where the data file and the SuperNode's log go (default: temporary)")
+    p.add_argument("--connect-timeout", type=float, default=60.0, metavar="S",
+                   help="how long to wait for the cloud to answer at start (default 60)")
+    p.add_argument("--register-timeout", type=float, default=900.0, metavar="S",
+                   help="how long to wait for coalition formation (default 900)")
+    p.add_argument("--cloud-lost-timeout", type=float, default=60.0, metavar="S",
+                   help="exit with an error when the cloud stays unreachable this long while "
+                        "training (default 60)")
+    p.add_argument("--probe", action="store_true",
+                   help="print this device's profile (JSON) and exit")
+    p.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
+    return p
+
+
+class ClientError(RuntimeError):
+    """The client cannot go on (one line)."""
+
+
+class UsageError(ValueError):
+    """Bad flags (one line)."""
+
+
+def _rpc_error(err: Any, address: str, what: str) -> ClientError:
+    import grpc
+
+    code = err.code()
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+        return ClientError(f"cannot reach the cloud at {address} ({what}: {err.details()}); "
+                           "wrong address, or the cloud is not running")
+    return ClientError(f"the cloud refused {what} ({code.name}: {err.details()})")
+
+
+def call(method: Any, request: Any, timeout_s: float, stop: threading.Event) -> Any:
+    """A unary call that gives up (returns None) as soon as ``stop`` is set."""
+    fut = method.future(request, timeout=timeout_s, wait_for_ready=True)
+    while not fut.done():
+        if stop.wait(0.1):
+            fut.cancel()
+            return None
+    return fut.result()
+
+
+def claim(stub: Any, args: argparse.Namespace, name: str, stop: threading.Event) -> Any:
+    """``Association.Claim`` (waits up to --connect-timeout for the cloud to come up)."""
+    import grpc
+
+    from fedcure_app.protocol import cloud_pb2 as pb
+
+    req = pb.ClaimRequest(client_name=name, token=args.token)
+    if args.partition_id is not None:
+        req.partition_id = args.partition_id
+    try:
+        return call(stub.Claim, req, args.connect_timeout, stop)
+    except grpc.RpcError as err:
+        raise _rpc_error(err, args.cloud, "Claim") from None
+
+
+def config_of(reply: Any, args: argparse.Namespace) -> Any:
+    """The cloud's configuration, with this client's --data-dir; --dataset must agree."""
+    from fedcure_app.config import apply_flat, build_config
+
+    cfg = build_config(json.loads(reply.config_json))
+    if args.dataset and args.dataset.lower() != cfg.data.dataset:
+        raise UsageError(f"--dataset {args.dataset} differs from the cloud's dataset "
+                         f"{cfg.data.dataset}")
+    if args.num_partitions is not None and args.num_partitions != reply.num_partitions:
+        raise UsageError(f"--num-partitions {args.num_partitions} differs from the cloud's "
+                         f"{reply.num_partitions} clients")
+    if args.data_dir is not None:
+        cfg = apply_flat(cfg, {"data-dir": args.data_dir})
+    return cfg
+
+
+def build_node_data(cfg: Any, index: int, name: str) -> Any:
+    """This client's samples, label counts, initial ES and device profile (as simulate has)."""
+    from fedcure_app.app_config import partition_for, profiles_for
+    from fedcure_app.data import load_dataset
+    from fedcure_app.node_data import NodeData
+
+    ds = load_dataset(cfg.data.dataset, cfg.data.data_dir)
+    part = partition_for(cfg, ds)
+    idx = part.client_indices[index]
+    if len(idx) == 0:
+        raise ClientError(f"partition {index} of {cfg.data.dataset} is empty: nothing to train")
+    data = NodeData(x=ds.x_train[idx], y=ds.y_train[idx], dataset=ds.name,
+                    num_classes=ds.num_classes, client_name=name, partition_id=index,
+                    profile=profiles_for(cfg)[index])
+    return data, int(part.initial_assignment[index])
+
+
+def register(stub: Any, args: argparse.Namespace, name: str, data: Any, home: int,
+             stop: threading.Event) -> Any:
+    """``Association.Register`` until formation has run (re-calling on DEADLINE_EXCEEDED)."""
+    import grpc
+
+    from fedcure_app.protocol import cloud_pb2 as pb
+    from fedcure_app.protocol.codec import profile_to_proto
+
+    req = pb.RegisterRequest(client_name=name, label_counts=data.label_counts.tolist(),
+                             device=profile_to_proto(data.profile), home_edge=home,
+                             token=args.token)
+    end = time.monotonic() + args.register_timeout
+    while not stop.is_set():
+        left = end - time.monotonic()
+        if left <= 0:
+            raise ClientError(f"coalition formation did not run within {args.register_timeout:.0f}"
+                              " s (not all expected clients registered?)")
+        try:
+            return call(stub.Register, req, min(left, 120.0), stop)
+        except grpc.RpcError as err:
+            if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                log.info("still waiting for coalition formation: %s", err.details())
+                continue
+            raise _rpc_error(err, args.cloud, "Register") from None
+    return None
+
+
+def supernode_argv(edge_address: str, port: int, client_id: int, cpufreq: str,
+                   data_file: Path, args: argparse.Namespace) -> list[str]:
+    """``flower-supernode`` to ``edge_address`` with this client's node config."""
+    from edge_server.superlink import _flower_bin
+
+    node_config = f'client-id={client_id} cpufreq="{cpufreq}" data-file="{data_file}"'
+    argv = [_flower_bin("flower-supernode"), "--superlink", edge_address,
+            "--port", str(port), "--node-config", node_config]
+    if args.insecure:
+        argv.append("--insecure")
+    elif args.tls_ca:
+        argv += ["--root-certificates", str(Path(args.tls_ca).resolve())]
+    return argv
+
+
+def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
+    from fedcure_app.node_data import read_applied, save_node_data
+    from fedcure_app.processes import Child, flower_env, free_port, split_address
+    from fedcure_app.protocol import cloud_pb2 as pb
+    from fedcure_app.protocol import cloud_pb2_grpc as pb_grpc
+    from fedcure_app.protocol.channel import open_channel
+
+    if not args.cloud:
+        raise UsageError("--cloud HOST:PORT is required (or --probe)")
+    split_address(args.cloud, "--cloud")
+    if args.insecure and (args.tls_ca or args.tls_cert or args.tls_key):
+        raise UsageError("--insecure cannot be combined with --tls-* files")
+    name = args.name or f"{socket.gethostname()}-{os.getpid()}"
+    work = Path(args.work_dir or tempfile.mkdtemp(prefix="fedcure-client-")).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    channel = open_channel(args.cloud, tls_ca=args.tls_ca, tls_cert=args.tls_cert,
+                           tls_key=args.tls_key, insecure=args.insecure)
+    supernode: Child | None = None
+    try:
+        assoc = pb_grpc.AssociationStub(channel)
+        reply = claim(assoc, args, name, stop)
+        if reply is None:
+            return 0
+        cfg = config_of(reply, args)
+        index = int(reply.partition_id)
+        data, home = build_node_data(cfg, index, name)
+        log.info("client %r holds partition %d of %d (%s, %d samples, label counts %s, "
+                 "initial edge %d, device %s)", name, index, reply.num_partitions,
+                 cfg.data.dataset, len(data.y), data.label_counts.tolist(), home,
+                 data.profile.name)
+        data_file = save_node_data(work / "node-data.npz", data)
+        for stale in (work / "node-data.npz.applied.jsonl",):
+            stale.unlink(missing_ok=True)
+        reg = register(assoc, args, name, data, home, stop)
+        if reg is None:
+            return 0
+        log.info("client %r is client %d of edge %d (edge address %s; %d clients, %d edges)",
+                 name, reg.client_id, reg.edge_id, reg.edge_address, reg.num_clients,
+                 reg.num_edges)
+        (work / "registration.json").write_text(json.dumps({
+            "name": name, "partition_id": index, "client_id": reg.client_id,
+            "edge_id": reg.edge_id, "edge_address": reg.edge_address, "home_edge": home,
+            "label_counts": data.label_counts.tolist()}))
+        port = free_port()
+        supernode = Child("flower-supernode",
+                          supernode_argv(reg.edge_address, port, reg.client_id, args.cpufreq,
+                                         data_file, args),
+                          log_path=work / "supernode.log", env=flower_env(work / "flwr-home"),
+                          cwd=work)
+        log.info("client %d: SuperNode (pid %d, runtime port %d) -> %s", reg.client_id,
+                 supernode.pid, port, reg.edge_address)
+        monitor = pb_grpc.MonitorStub(channel)
+        lost_since: float | None = None
+        import grpc
+
+        while not stop.is_set():
+            if supernode.poll() is not None:
+                raise ClientError(f"flower-supernode exited with code {supernode.proc.returncode};"
+                                  f" its log ends with:\n{supernode.tail()}")
+            try:
+                status = monitor.Status(pb.StatusRequest(), timeout=5.0)
+                lost_since = None
+                if status.phase == pb.StatusReply.DONE:
+                    applied = read_applied(data_file)
+                    log.info("client %d: training over; trained %d times, directives applied "
+                             "(GHz): %s", reg.client_id, len(applied),
+                             [round(a["applied_ghz"], 3) for a in applied])
+                    return 0
+            except grpc.RpcError as err:
+                now = time.monotonic()
+                lost_since = lost_since or now
+                if now - lost_since > args.cloud_lost_timeout:
+                    raise ClientError(f"lost the cloud at {args.cloud} for "
+                                      f"{args.cloud_lost_timeout:.0f} s ({err.code().name})"
+                                      ) from None
+            stop.wait(0.5)
+        log.info("stopping on request")
+        return 0
+    finally:
+        if supernode is not None:
+            supernode.stop(grace_s=3.0)
+        channel.close()
+
+
+def probe() -> int:
+    from fedcure_app.devices import probe_device
+
+    print(json.dumps(probe_device(), indent=1, default=str))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    if os.environ.get("GRPC_VERBOSITY", "").upper() not in ("DEBUG", "INFO"):
+        os.environ["GRPC_VERBOSITY"] = "NONE"
+    args = build_parser().parse_args(argv)
+    if args.probe:
+        return probe()
+    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        datefmt="%H:%M:%S")
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        log.info("%s received: stopping", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    from fedcure_app.config import ConfigError
+    from fedcure_app.data.errors import DatasetError
+    from fedcure_app.protocol.channel import ChannelConfigError
+
+    try:
+        return run_client(args, stop)
+    except (UsageError, ConfigError, ChannelConfigError) as err:
+        print(f"{PROG}: error: {err}", file=sys.stderr)
+        return 2
+    except (ClientError, DatasetError, OSError, ValueError) as err:
+        print(f"{PROG}: error: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,3 @@
+from edge_server.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,277 @@
+"""The edge ServerApp's work: serve the cloud's tasks for one coalition on this SuperLink's grid.
+
+:func:`serve_edge` opens the link to the cloud (``EdgeLink.Connect`` with the edge id and the
+address its clients reach the SuperLink at) and, for every task on the stream:
+
+1. maps the task's client ids to Flower nodes (:class:`~edge_server.directory.NodeDirectory`,
+   waiting up to ``discovery_timeout_s`` for SuperNodes that have not connected yet);
+2. runs τ_e synchronous FedAvg rounds with :func:`fedcure_app.edge.run_edge_task` on a
+   :class:`~fedcure_app.edge.CoalitionGrid` (each client's frequency directive travels in its
+   ConfigRecord; clients that fail are dropped);
+3. answers with ``Submit`` (edge model, sample count, per-client stats, measured latency).
+
+The stream ending with status OK means training is over: :func:`serve_edge` returns. A cloud
+that goes away (UNAVAILABLE) is reconnected to for ``reconnect_timeout_s``; the cloud resends an
+unanswered task. Any other refusal raises :class:`EdgeRoleError` with one line.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from flwr.serverapp import Grid
+
+from edge_server.directory import NodeDirectory
+from edge_server.settings import EdgeSettings
+from fedcure_app.edge import CoalitionGrid, EdgeTaskError, run_edge_task
+from fedcure_app.protocol import cloud_pb2 as pb
+from fedcure_app.protocol.codec import EdgeLinkClient, result_to_wire, task_from_proto
+
+log = logging.getLogger("fedcure.edge")
+
+
+class EdgeRoleError(RuntimeError):
+    """The edge cannot go on (cloud refused it, or its clients never showed up)."""
+
+
+@dataclass
+class EdgeStats:
+    """What one edge did (for its log and tests)."""
+
+    tasks: int = 0
+    edge_rounds: int = 0
+    seconds: float = 0.0
+    dropped: list[int] = field(default_factory=list)
+    reconnects: int = 0
+
+
+def open_cloud_channel(settings: EdgeSettings) -> grpc.Channel:
+    """The gRPC channel to the cloud, TLS or plaintext as the settings say."""
+    from fedcure_app.protocol.channel import open_channel
+
+    return open_channel(settings.cloud, tls_ca=settings.tls_ca, tls_cert=settings.cloud_cert,
+                        tls_key=settings.cloud_key, insecure=settings.insecure)
+
+
+def watch_parent(pid: int | None, on_gone: Any = None, interval_s: float = 0.5) -> None:
+    """Exit this process (code 3) when process ``pid`` is gone: the ServerApp must not outlive
+    the ``fedcure-edge`` that started it."""
+    if not pid:
+        return
+    from fedcure_app.processes import alive
+
+    def run() -> None:
+        while alive(pid):
+            time.sleep(interval_s)
+        log.error("fedcure-edge (pid %d) is gone: the edge ServerApp stops", pid)
+        if on_gone is not None:
+            on_gone()
+        os._exit(3)
+
+    threading.Thread(target=run, name="watch-parent", daemon=True).start()
+
+
+class EdgeServer:
+    """One edge's link to the cloud and its task loop (see the module docstring)."""
+
+    def __init__(self, grid: Grid, settings: EdgeSettings,
+                 channel: grpc.Channel | None = None) -> None:
+        self.grid = grid
+        self.settings = settings
+        self.channel = channel if channel is not None else open_cloud_channel(settings)
+        self.link = EdgeLinkClient(self.channel)
+        self.directory = NodeDirectory(grid)
+        self.stats = EdgeStats()
+        self._stop = threading.Event()
+        self._over = threading.Event()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.channel.close()
+
+    # ------------------------------------------------------------------ the loop
+    @property
+    def over(self) -> bool:
+        """Whether the cloud ended the task stream normally (training is over)."""
+        return self._over.is_set()
+
+    def _read(self, stream: Any, inbox: queue.Queue) -> None:
+        """Move the stream's tasks to ``inbox``; then ("end", None) or ("error", err)."""
+        try:
+            for wire in stream:
+                inbox.put(("task", wire))
+            self._over.set()
+            inbox.put(("end", None))
+        except grpc.RpcError as err:
+            inbox.put(("error", err))
+
+    def run(self) -> EdgeStats:
+        """Serve tasks until the cloud ends the stream; return what was done.
+
+        The stream is read in a background thread, so the end of training is noticed even
+        while a task is being served (its Submit is then not retried).
+        """
+        s = self.settings
+        lost_since: float | None = None
+        while not self._stop.is_set():
+            stream = self.link.connect(pb.ConnectRequest(
+                edge_id=s.edge_id, address=s.advertise, token=s.token))
+            inbox: queue.Queue = queue.Queue()
+            threading.Thread(target=self._read, args=(stream, inbox), name="edge-link",
+                             daemon=True).start()
+            try:
+                while True:
+                    kind, item = inbox.get()
+                    if kind == "task":
+                        lost_since = None
+                        self._serve_task(item)
+                        continue
+                    if kind == "end":
+                        log.info("edge %d: the cloud ended the task stream (training over): "
+                                 "%d tasks, %d edge rounds, %.1f s training", s.edge_id,
+                                 self.stats.tasks, self.stats.edge_rounds, self.stats.seconds)
+                        return self.stats
+                    raise item
+            except grpc.RpcError as err:
+                if self.over:  # e.g. a Submit after the cloud finished and went away
+                    return self.stats
+                code = err.code() if hasattr(err, "code") else None
+                detail = err.details() if hasattr(err, "details") else str(err)
+                if self._stop.is_set():
+                    break
+                if code == grpc.StatusCode.UNAVAILABLE:
+                    now = time.monotonic()
+                    lost_since = lost_since or now
+                    if now - lost_since > s.reconnect_timeout_s:
+                        raise EdgeRoleError(
+                            f"edge {s.edge_id}: lost the cloud at {s.cloud} for "
+                            f"{s.reconnect_timeout_s:.0f} s ({detail})") from None
+                    self.stats.reconnects += 1
+                    log.warning("edge %d: cloud unavailable (%s); reconnecting", s.edge_id,
+                                detail)
+                    time.sleep(1.0)
+                    continue
+                name = code.name if code is not None else "ERROR"
+                raise EdgeRoleError(f"edge {s.edge_id}: the cloud refused the link "
+                                    f"({name}: {detail})") from None
+        return self.stats
+
+    def _serve_task(self, wire: Any) -> None:
+        s = self.settings
+        task = task_from_proto(wire)
+        t0 = time.monotonic()
+        log.info("edge %d: task %s (version %d, clients %s, tau_e %d, tau_c %d, directives %s)",
+                 s.edge_id, task.task_id, task.version, list(task.clients), task.tau_e,
+                 task.tau_c, {c: round(f, 3) for c, f in task.frequencies_ghz.items()})
+        result = None
+        for attempt in range(2):
+            mapping = self.directory.resolve(
+                task.clients, s.discovery_timeout_s,
+                stop=lambda: self._stop.is_set() or self._over.is_set())
+            if self.over:
+                return
+            missing = [c for c in task.clients if c not in mapping]
+            if not mapping:
+                raise EdgeRoleError(
+                    f"edge {s.edge_id}: none of its clients {list(task.clients)} connected a "
+                    f"SuperNode to {s.advertise} within {s.discovery_timeout_s:.0f} s")
+            if missing:
+                log.warning("edge %d: clients %s have no SuperNode; training without them",
+                            s.edge_id, missing)
+            nodes = [mapping[c] for c in task.clients if c in mapping]
+            try:
+                result = run_edge_task(CoalitionGrid(self.grid, nodes), task, mapping,
+                                       poll_s=s.poll_s, timeout_s=s.edge_timeout_s)
+                break
+            except EdgeTaskError as err:
+                if attempt:
+                    raise EdgeRoleError(f"edge {s.edge_id}: {err}") from None
+                log.warning("edge %d: %s; looking for its clients again", s.edge_id, err)
+                self.directory.refresh()
+        assert result is not None
+        latency = time.monotonic() - t0
+        reply = self._submit(result, latency)
+        self.stats.tasks += 1
+        self.stats.edge_rounds += task.tau_e
+        self.stats.seconds += latency
+        self.stats.dropped.extend(result.dropped)
+        if reply is not None:
+            log.info("edge %d: task %s done in %.2f s (%d samples%s) -> %s", s.edge_id,
+                     task.task_id, latency, result.num_samples,
+                     f", dropped {result.dropped}" if result.dropped else "",
+                     reply.detail or ("accepted" if reply.accepted else "not accepted"))
+
+    def _submit(self, result: Any, latency: float) -> pb.SubmitReply | None:
+        """Submit an edge model; None when the cloud no longer wants it (the task expired or is
+        unknown). A cloud that is briefly unavailable is retried (it ignores duplicates)."""
+        s = self.settings
+        wire = result_to_wire(result, edge_id=s.edge_id, latency_s=latency, token=s.token)
+        give_up = time.monotonic() + s.reconnect_timeout_s
+        while True:
+            try:
+                return self.link.submit(wire, timeout=300.0)
+            except grpc.RpcError as err:
+                code = err.code()
+                if code in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND):
+                    log.warning("edge %d: the cloud did not take task %s (%s: %s)", s.edge_id,
+                                result.task_id, code.name, err.details())
+                    return None
+                if self.over:
+                    log.info("edge %d: training ended before task %s was submitted", s.edge_id,
+                             result.task_id)
+                    return None
+                if (code == grpc.StatusCode.UNAVAILABLE and time.monotonic() < give_up
+                        and not self._stop.is_set()):
+                    time.sleep(1.0)
+                    continue
+                raise
+
+
+def write_status(path: str | None, state: str, detail: str = "", **extra: Any) -> None:
+    """Write the ServerApp's final status JSON (``state``: done | failed) atomically."""
+    if not path:
+        return
+    import json
+
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump({"state": state, "detail": detail, **extra}, f)
+    os.replace(tmp, path)
+
+
+def serve_edge(grid: Grid, settings: EdgeSettings) -> EdgeStats:
+    """Run the edge role on ``grid`` (the ServerApp's entry); writes the status file."""
+    handler = None
+    if settings.log_file:
+        handler = logging.FileHandler(settings.log_file)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s",
+                                               "%H:%M:%S"))
+        for name in ("fedcure", "edge_server", "fedcure_app"):
+            lg = logging.getLogger(name)
+            lg.addHandler(handler)
+            lg.setLevel(logging.INFO)
+    try:
+        server = EdgeServer(grid, settings)
+        watch_parent(settings.parent_pid, on_gone=lambda: write_status(
+            settings.status_file, "failed", "fedcure-edge went away"))
+        stats = server.run()
+        write_status(settings.status_file, "done", tasks=stats.tasks,
+                     edge_rounds=stats.edge_rounds, dropped=stats.dropped)
+        return stats
+    except Exception as err:
+        log.error("%s", err)
+        write_status(settings.status_file, "failed", str(err))
+        raise
+    finally:
+        if handler is not None:
+            handler.flush()
+
+
+__all__ = ["EdgeRoleError", "EdgeServer", "EdgeStats", "serve_edge", "write_status"]

@@ -1,0 +1,157 @@
+"""The Flower side of an edge: its own SuperLink, and the edge ServerApp submitted to it.
+
+Flower 1.41 serves the Fleet, Control and runtime (ServerAppIo) APIs over HTTP on one address
+(``--host``/``--port``): that is the edge's ``--listen``, where its clients' SuperNodes connect.
+The SuperLink still opens its legacy gRPC Fleet and Control servers (ports 9092 and 9093 by
+default); they are put on free 127.0.0.1 ports so that several edges share a host.
+
+Every Flower process runs with :data:`fedcure_app.processes.FLOWER_OFFLINE_ENV` and a private
+``FLWR_HOME`` inside the edge's work directory, whose ``config.toml`` names one SuperLink
+connection, ``fedcure-edge``, for ``flwr run``. The app directory holds only a generated
+``pyproject.toml`` (components = the installed ``fedcure_app`` apps, run config = defaults with
+``role = "edge"`` and ``edge-file``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fedcure_app.processes import Child, flower_env, free_ports, port_open
+
+log = logging.getLogger("fedcure.edge")
+
+CONNECTION = "fedcure-edge"
+
+
+class SuperLinkError(RuntimeError):
+    """The SuperLink did not start, or the ServerApp could not be submitted (one line)."""
+
+
+@dataclass(frozen=True)
+class TLSFiles:
+    """The SuperLink's server certificate, key and CA (PEM paths)."""
+
+    cert: str
+    key: str
+    ca: str
+
+
+def write_flwr_home(home: Path, address: str, tls: TLSFiles | None) -> Path:
+    """A private ``FLWR_HOME`` whose config.toml points ``flwr`` at this edge's SuperLink."""
+    import tomli_w
+
+    home.mkdir(parents=True, exist_ok=True)
+    conn: dict[str, Any] = {"address": address}
+    if tls is None:
+        conn["insecure"] = True
+    else:
+        conn["root-certificates"] = str(Path(tls.ca).resolve())
+    doc = {"superlink": {"default": CONNECTION, CONNECTION: conn}}
+    path = home / "config.toml"
+    path.write_text(tomli_w.dumps(doc))
+    return path
+
+
+def write_app_dir(path: Path, run_config: dict[str, Any]) -> Path:
+    """The generated Flower App directory (just a pyproject.toml) for ``flwr run``."""
+    from fedcure_app.simulation.flower_run import _write_app_dir
+
+    path.mkdir(parents=True, exist_ok=True)
+    _write_app_dir(path, run_config)
+    return path
+
+
+def edge_run_config(edge_file: Path) -> dict[str, Any]:
+    """The run config of the edge ServerApp: every key at its default, role edge, edge-file."""
+    from fedcure_app.app_config import default_run_config
+
+    rc = default_run_config()
+    rc.pop("executor", None)
+    rc["role"] = "edge"
+    rc["edge-file"] = str(edge_file.resolve())
+    return rc
+
+
+def superlink_argv(host: str, port: int, tls: TLSFiles | None) -> list[str]:
+    """``flower-superlink`` on ``host:port``; legacy gRPC servers on free loopback ports."""
+    fleet, control = free_ports(2)
+    argv = ["flower-superlink", "--host", host, "--port", str(port),
+            "--fleet-api-address", f"127.0.0.1:{fleet}",
+            "--control-api-address", f"127.0.0.1:{control}",
+            "--disable-runtime-dependency-installation"]
+    if tls is None:
+        argv.append("--insecure")
+    else:
+        argv += ["--ssl-certfile", tls.cert, "--ssl-keyfile", tls.key,
+                 "--ssl-ca-certfile", tls.ca]
+    return argv
+
+
+def _flower_bin(name: str) -> str:
+    """The console script ``name`` next to this Python, else on PATH."""
+    here = Path(sys.executable).parent / name
+    return str(here) if here.exists() else name
+
+
+def start_superlink(work: Path, host: str, port: int, tls: TLSFiles | None,
+                    timeout_s: float = 60.0) -> Child:
+    """Start the SuperLink (log in ``work/superlink.log``) and wait until it accepts
+    connections; :class:`SuperLinkError` when it dies or does not come up."""
+    argv = superlink_argv(host, port, tls)
+    argv[0] = _flower_bin(argv[0])
+    child = Child("flower-superlink", argv, log_path=work / "superlink.log",
+                  env=flower_env(work / "flwr-home"), cwd=work)
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if child.poll() is not None:
+            raise SuperLinkError(
+                f"flower-superlink exited with code {child.proc.returncode} before serving "
+                f"{host}:{port}; its log ends with:\n{child.tail()}")
+        if port_open(host, port) and "Uvicorn running" in (child.tail(40) or ""):
+            return child
+        time.sleep(0.1)
+    child.stop()
+    raise SuperLinkError(f"flower-superlink did not serve {host}:{port} within {timeout_s:.0f} s")
+
+
+def submit_run(work: Path, app_dir: Path, timeout_s: float = 120.0) -> int:
+    """``flwr run APP fedcure-edge --format json``; return the run id."""
+    argv = [_flower_bin("flwr"), "run", str(app_dir), CONNECTION, "--format", "json"]
+    try:
+        out = subprocess.run(argv, env=flower_env(work / "flwr-home"), cwd=work,
+                             capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise SuperLinkError(f"`flwr run` did not return within {timeout_s:.0f} s") from None
+    text = (out.stdout or "") + (out.stderr or "")
+    (work / "flwr-run.log").write_text(text)
+    run_id = _run_id(out.stdout or "")
+    if out.returncode != 0 or run_id is None:
+        raise SuperLinkError(f"`flwr run` failed (code {out.returncode}): "
+                             f"{text.strip().splitlines()[-1] if text.strip() else 'no output'}")
+    return run_id
+
+
+def _run_id(stdout: str) -> int | None:
+    start = stdout.find("{")
+    if start >= 0:
+        try:
+            data = json.loads(stdout[start:])
+            for key in ("run-id", "run_id"):
+                if key in data:
+                    return int(data[key])
+        except (json.JSONDecodeError, ValueError, TypeError):
+            pass
+    m = re.search(r"run[ -_]?(?:id)?\D{0,4}(\d{6,})", stdout, re.I)
+    return int(m.group(1)) if m else None
+
+
+__all__ = ["CONNECTION", "SuperLinkError", "TLSFiles", "edge_run_config", "start_superlink",
+           "submit_run", "superlink_argv", "write_app_dir", "write_flwr_home"]

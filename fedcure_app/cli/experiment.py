@@ -1,0 +1,107 @@
+"""``fedcure experiment NAME``: the paper's table, figures and supplement, with a report.
+
+``NAME`` is ``formation`` (Fig. 2), ``clustering`` (Fig. 3), ``table1`` (Table 1), ``efficiency``
+(Fig. 4), ``rh`` (supplement) or ``all`` (every one, then ``report.md``). Figures are PNG files
+under ``--out/<dataset>/<experiment>/``; finished runs are cached under ``--out/<dataset>/runs``
+so an interrupted command resumes (``--fresh`` recomputes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+import time
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from fedcure_app.experiments import NAMES
+
+    p = sub.add_parser(
+        "experiment",
+        help="reproduce the paper's table and figures (plots and a Markdown report)",
+        description="Run one of the paper's experiments (or all of them) on one or more "
+        "datasets and write PNG figures, summary.json files and, for 'all', report.md.",
+    )
+    p.add_argument("name", choices=[*NAMES, "all"], help="which experiment")
+    p.add_argument("--dataset", default="digits",
+                   help="dataset(s), comma-separated, or 'all' (digits + the paper's four; "
+                   "missing ones are skipped); default digits")
+    p.add_argument("--data-dir", help="root holding the dataset files "
+                   "(e.g. ../shared/data, which holds mnist/raw)")
+    p.add_argument("--budget", choices=["tiny", "quick", "paper"], default="quick",
+                   help="compute budget (default quick: minutes on a 2-core CPU)")
+    p.add_argument("--seeds", type=int, help="seeds for Table 1 (overrides the budget's)")
+    p.add_argument("--out", default="results/experiments", help="output folder")
+    p.add_argument("--threads", type=int,
+                   help="torch threads (default: all cores; 1 is faster on a busy machine)")
+    p.add_argument("--fresh", action="store_true", help="ignore cached runs in --out")
+    p.add_argument("--no-progress", action="store_true", help="no live progress bars")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from fedcure_app.experiments.report import write_report
+    from fedcure_app.experiments.suite import parse_datasets, parse_experiments, run_dataset
+    from fedcure_app.training import configure_threads
+
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"--threads must be >= 1, got {args.threads}")
+        configure_threads(args.threads)
+    datasets = parse_datasets(args.dataset)
+    experiments = parse_experiments(args.name)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    console = Console(stderr=True)
+    t0 = time.perf_counter()
+    outcomes = []
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("{task.fields[acc]}"), TimeElapsedColumn(),
+        console=console, disable=args.no_progress,
+    ) as progress:
+        for name in datasets:
+            o = run_dataset(name, experiments, data_dir=args.data_dir, budget=args.budget,
+                            seeds=args.seeds, out=out, progress=progress, fresh=args.fresh)
+            outcomes.append(o)
+            if o.skipped:
+                progress.console.print(f"[yellow]{name}: skipped[/] — {o.skipped}")
+            else:
+                progress.console.print(
+                    f"[green]{name}[/]: {', '.join(o.sections)} done in {o.wall_seconds:.0f} s "
+                    f"({o.runs_simulated} runs simulated, {o.runs_cached} from cache)")
+    total = time.perf_counter() - t0
+    if not any(o.skipped is None for o in outcomes):
+        raise ValueError("no dataset could be loaded: " + "; ".join(
+            f"{o.name}: {o.skipped}" for o in outcomes))
+    out_console = Console()
+    for o in outcomes:
+        for s in o.sections.values():
+            out_console.print(f"[bold]{o.name} · {s.title}[/]")
+            out_console.print(s.markdown)
+    if args.name == "all":
+        path = write_report(outcomes, out, command=_command(args), total_seconds=total,
+                            threads=args.threads)
+        out_console.print(f"wrote {path}")
+    out_console.print(f"figures and summary.json under {out} ({total:.0f} s)")
+    return 0
+
+
+def _command(args: argparse.Namespace) -> str:
+    """The command line that reproduces this run (for the report)."""
+    parts = ["fedcure", "experiment", args.name, "--dataset", args.dataset,
+             "--budget", args.budget, "--out", args.out]
+    if args.data_dir:
+        parts += ["--data-dir", args.data_dir]
+    if args.seeds is not None:
+        parts += ["--seeds", str(args.seeds)]
+    if args.threads is not None:
+        parts += ["--threads", str(args.threads)]
+    return " ".join(shlex.quote(p) for p in parts)

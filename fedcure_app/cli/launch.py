@@ -1,0 +1,370 @@
+"""``fedcure launch``: the three deployment roles as separate OS processes on 127.0.0.1.
+
+    fedcure launch --edges 2 --clients 6 --rounds 5 --dataset digits --out DIR
+
+The twin of the docker compose file for machines without Docker: one ``fedcure-cloud``, M
+``fedcure-edge`` (each with its own Flower SuperLink) and N ``fedcure-client`` (each with its own
+Flower SuperNode), all on free loopback ports, talking plaintext gRPC/HTTP on 127.0.0.1 (or TLS
+with ``--tls-dir``, a folder written by ``fedcure certs``). It waits for the run to finish, shows
+the progress from the cloud's ``Monitor.Status``, and leaves in ``--out``:
+
+- ``result.json``, the plots and ``final_model.safetensors`` (written by the cloud);
+- ``config.json`` (the configuration every role used), ``launch.json`` (ports, pids, exit codes);
+- ``logs/cloud.log``, ``logs/edge<M>.log``, ``logs/client<I>.log``;
+- ``work/edge<M>/`` (SuperLink home and logs) and ``work/client<I>/`` (data file, SuperNode log,
+  applied directives).
+
+Every process it starts is stopped by PID at the end, on failure, and on Ctrl-C/SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fedcure_app.config import METHOD_PRESETS, FedCureConfig, apply_flat, load_config
+
+log = logging.getLogger(__name__)
+
+#: default shortest task deadline under launch (s)
+LAUNCH_DEADLINE_MIN_S = 120.0
+
+#: launch option -> flat configuration key
+_OPTIONS: dict[str, str] = {
+    "dataset": "dataset", "data_dir": "data-dir", "rounds": "global-rounds",
+    "clients": "num-clients", "edges": "num-edges", "seed": "seed", "partition": "partition",
+    "eval_every": "eval-every", "tau_c": "tau-c", "tau_e": "tau-e",
+    "max_concurrent": "max-concurrent", "lr": "lr", "beta": "beta", "formation": "formation",
+    "scheduler": "scheduler",
+}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "launch",
+        help="run cloud, edges and clients as separate processes on this machine",
+        description="Start fedcure-cloud, --edges fedcure-edge and --clients fedcure-client "
+        "processes on 127.0.0.1, wait for the run, collect logs and results in --out.",
+    )
+    p.add_argument("--edges", type=int, required=True, help="edge servers (coalitions)")
+    p.add_argument("--clients", type=int, required=True, help="client processes")
+    p.add_argument("--rounds", type=int, help="global rounds")
+    p.add_argument("--dataset", choices=["digits", "mnist", "cifar10", "svhn", "cinic10"])
+    p.add_argument("--data-dir", help="directory holding the dataset files")
+    p.add_argument("--out", required=True, help="folder for results, logs and work dirs")
+    p.add_argument("--config", help="TOML/JSON configuration file (options override it)")
+    p.add_argument("--method", choices=list(METHOD_PRESETS))
+    p.add_argument("--formation", choices=["fedcure", "none", "kmeans", "meanshift",
+                                           "selfish", "pareto"])
+    p.add_argument("--scheduler", choices=["fedcure", "greedy", "fair", "random"])
+    p.add_argument("--partition", choices=["edge-noniid", "dirichlet", "iid", "shards"])
+    p.add_argument("--tau-c", type=int, help="local steps per edge round")
+    p.add_argument("--tau-e", type=int, help="edge rounds per global round")
+    p.add_argument("--max-concurrent", type=int, help="K, coalitions training at once")
+    p.add_argument("--lr", type=float, help="learning rate")
+    p.add_argument("--beta", type=float)
+    p.add_argument("--eval-every", type=int)
+    p.add_argument("--seed", type=int)
+    p.add_argument("--cpufreq", choices=["emulate", "sysfs", "off"], default="emulate",
+                   help="how clients apply frequency directives (default emulate)")
+    p.add_argument("--token", default=os.environ.get("FEDCURE_TOKEN", ""),
+                   help="shared secret for every role (default $FEDCURE_TOKEN)")
+    p.add_argument("--tls-dir", help="folder from `fedcure certs` (ca.crt, server.crt/key): "
+                   "TLS everywhere instead of plaintext")
+    p.add_argument("--timeout", type=float, default=0.0,
+                   help="stop everything after this many seconds (0: no limit)")
+    p.add_argument("--register-timeout", type=float, default=300.0,
+                   help="the cloud's registration window (s)")
+    p.add_argument("--deadline-min", type=float,
+                   help="shortest task deadline (s) before the cloud gives up on a coalition "
+                        f"(default {LAUNCH_DEADLINE_MIN_S:.0f}: Flower starts one process per "
+                        "message, slow on a shared host)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch threads per ClientApp (OMP_NUM_THREADS; default 1: many "
+                        "clients share this host)")
+    p.add_argument("--no-progress", action="store_true", help="no live progress bar")
+    p.set_defaults(func=run)
+
+
+def config_from_args(args: argparse.Namespace) -> FedCureConfig:
+    """The run's configuration: file (if any), then the method preset, then the options."""
+    cfg = load_config(args.config) if args.config else FedCureConfig()
+    flat: dict[str, Any] = {}
+    if args.method:
+        flat["method"] = args.method
+    for opt, key in _OPTIONS.items():
+        value = getattr(args, opt, None)
+        if value is not None:
+            flat[key] = value
+    if args.deadline_min is not None:
+        flat["deadline-min-s"] = args.deadline_min
+    elif "deadline_min_s" not in cfg.reliability.model_fields_set:
+        flat["deadline-min-s"] = LAUNCH_DEADLINE_MIN_S
+    late = {k: flat.pop(k) for k in ("formation", "scheduler") if k in flat}
+    cfg = apply_flat(cfg, flat)
+    return apply_flat(cfg, late) if late else cfg
+
+
+@dataclass
+class Roles:
+    """The processes of one launch."""
+
+    cloud: Any = None
+    edges: list[Any] = field(default_factory=list)
+    clients: list[Any] = field(default_factory=list)
+
+    def all(self) -> list[Any]:
+        return [c for c in [self.cloud, *self.edges, *self.clients] if c is not None]
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """Stop clients, then edges, then the cloud (each with what it started); every role
+        stops its own children on SIGTERM within ``grace_s``, or is killed with them."""
+        for group in (self.clients, self.edges, [self.cloud] if self.cloud else []):
+            threads = [threading.Thread(target=c.stop, args=(grace_s,)) for c in group]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+
+
+def _security_flags(tls_dir: str | None, role: str) -> list[str]:
+    if not tls_dir:
+        return ["--insecure"]
+    d = Path(tls_dir).resolve()
+    for name in ("ca.crt", "server.crt", "server.key"):
+        if not (d / name).is_file():
+            raise FileNotFoundError(f"--tls-dir {d} lacks {name} (write it with `fedcure certs`)")
+    if role == "cloud":
+        return ["--tls-cert", str(d / "server.crt"), "--tls-key", str(d / "server.key")]
+    if role == "edge":
+        return ["--tls-ca", str(d / "ca.crt"), "--tls-cert", str(d / "server.crt"),
+                "--tls-key", str(d / "server.key")]
+    return ["--tls-ca", str(d / "ca.crt")]
+
+
+def start_roles(cfg: FedCureConfig, args: argparse.Namespace, out: Path, roles: Roles
+                ) -> dict[str, Any]:
+    """Start cloud, edges and clients (in that order); return the launch record."""
+    from fedcure_app.processes import Child, free_port, free_ports
+
+    logs, work = out / "logs", out / "work"
+    logs.mkdir(parents=True, exist_ok=True)
+    config_file = out / "config.json"
+    config_file.write_text(cfg.model_dump_json(by_alias=True, indent=1))
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=str(args.threads),
+               GRPC_VERBOSITY=os.environ.get("GRPC_VERBOSITY", "NONE"))
+    py = sys.executable
+    token = ["--token", args.token] if args.token else []
+    m, n = cfg.federation.num_edges, cfg.federation.num_clients
+    cloud_port = free_port()
+    cloud_addr = f"127.0.0.1:{cloud_port}"
+    record: dict[str, Any] = {"cloud": cloud_addr, "edges": {}, "clients": {}}
+    argv = [py, "-m", "cloud_server.cli", "--listen", cloud_addr, "--expected-clients", str(n),
+            "--edges", str(m), "--rounds", str(cfg.run.global_rounds), "--config",
+            str(config_file), "--out", str(out), "--register-timeout",
+            str(args.register_timeout), *token, *_security_flags(args.tls_dir, "cloud")]
+    roles.cloud = Child("cloud", argv, log_path=logs / "cloud.log", env=env)
+    record["pids"] = {"cloud": roles.cloud.pid}
+    _wait_listening(roles.cloud, "127.0.0.1", cloud_port)
+    for e, port in enumerate(free_ports(m)):
+        argv = [py, "-m", "edge_server.cli", "--cloud", cloud_addr, "--edge-id", str(e),
+                "--listen", f"127.0.0.1:{port}", "--work-dir", str(work / f"edge{e}"),
+                *token, *_security_flags(args.tls_dir, "edge")]
+        child = Child(f"edge{e}", argv, log_path=logs / f"edge{e}.log", env=env)
+        roles.edges.append(child)
+        record["edges"][e] = f"127.0.0.1:{port}"
+        record["pids"][f"edge{e}"] = child.pid
+    for i in range(n):
+        argv = [py, "-m", "client.cli", "--cloud", cloud_addr, "--name", f"client-{i}",
+                "--partition-id", str(i), "--num-partitions", str(n), "--cpufreq", args.cpufreq,
+                "--work-dir", str(work / f"client{i}"), *token,
+                *_security_flags(args.tls_dir, "client")]
+        child = Child(f"client{i}", argv, log_path=logs / f"client{i}.log", env=env)
+        roles.clients.append(child)
+        record["pids"][f"client{i}"] = child.pid
+    return record
+
+
+def _wait_listening(child: Any, host: str, port: int, timeout_s: float = 120.0) -> None:
+    from fedcure_app.processes import port_open
+
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if child.poll() is not None:
+            raise RuntimeError(f"{child.name} exited with code {child.proc.returncode} at start;"
+                               f" its log ends with:\n{child.tail()}")
+        if port_open(host, port):
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"{child.name} did not listen on {host}:{port} within {timeout_s:.0f} s")
+
+
+class StatusPoller:
+    """The cloud's ``Monitor.Status`` (None while unreachable)."""
+
+    def __init__(self, address: str, tls_dir: str | None) -> None:
+        from fedcure_app.protocol import cloud_pb2_grpc as pb_grpc
+        from fedcure_app.protocol.channel import open_channel
+
+        if tls_dir:
+            self.channel = open_channel(address, tls_ca=str(Path(tls_dir) / "ca.crt"))
+        else:
+            logging.getLogger("fedcure.channel").setLevel(logging.ERROR)
+            self.channel = open_channel(address, insecure=True)
+        self.stub = pb_grpc.MonitorStub(self.channel)
+
+    def __call__(self) -> Any:
+        import grpc
+
+        from fedcure_app.protocol import cloud_pb2 as pb
+
+        try:
+            return self.stub.Status(pb.StatusRequest(), timeout=2.0)
+        except grpc.RpcError:
+            return None
+
+    def close(self) -> None:
+        self.channel.close()
+
+
+def supervise(roles: Roles, status: StatusPoller, rounds: int, args: argparse.Namespace,
+              stop: threading.Event, result_path: Path | None = None,
+              exit_grace_s: float = 30.0) -> tuple[int, str]:
+    """Wait for the cloud to finish; return (exit code, reason).
+
+    A cloud that reported DONE and wrote ``result_path`` but has not exited ``exit_grace_s``
+    later is stopped (and the run counts as done)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from fedcure_app.protocol import cloud_pb2 as pb
+
+    phases = {pb.StatusReply.REGISTERING: "registering", pb.StatusReply.TRAINING: "training",
+              pb.StatusReply.DONE: "done"}
+    t0 = time.monotonic()
+    console = Console(stderr=True)
+    with Progress(TextColumn("[bold]{task.fields[phase]}"), BarColumn(),
+                  TextColumn("round {task.completed}/{task.total}"),
+                  TextColumn("{task.fields[detail]}"), TimeElapsedColumn(), console=console,
+                  disable=args.no_progress, transient=False) as progress:
+        bar = progress.add_task("launch", total=rounds, phase="starting", detail="")
+        done_at: float | None = None
+        while not stop.is_set():
+            code = roles.cloud.poll()
+            if code is not None:
+                return (0, "done") if code == 0 else (code, f"the cloud exited with code {code}")
+            for child in roles.edges:
+                if child.poll() not in (None, 0):
+                    return 1, f"{child.name} exited with code {child.proc.returncode}"
+            for child in roles.clients:
+                child.poll()
+            s = status()
+            if s is not None and s.phase == pb.StatusReply.DONE and done_at is None:
+                done_at = time.monotonic()
+            if (done_at is not None and time.monotonic() - done_at > exit_grace_s
+                    and result_path is not None and result_path.is_file()):
+                log.warning("the cloud finished but did not exit within %.0f s; stopping it",
+                            exit_grace_s)
+                roles.cloud.stop()
+                return 0, "done (cloud stopped after it finished)"
+            if s is not None:
+                detail = (f"{s.clients_registered}/{s.expected_clients} clients, "
+                          f"{s.edges_connected}/{s.num_edges} edges")
+                progress.update(bar, completed=min(s.round, rounds),
+                                phase=phases.get(s.phase, "?"), detail=detail)
+            if args.timeout and time.monotonic() - t0 > args.timeout:
+                return 1, f"timed out after {args.timeout:.0f} s"
+            stop.wait(0.5)
+    return 130, "interrupted"
+
+
+def _summary(result: dict[str, Any]) -> Any:
+    from rich.table import Table
+
+    t = Table(title="FedCure deployment (fedcure launch)", show_header=False)
+    acc, best = result.get("final_accuracy"), result.get("best_accuracy")
+    t.add_row("rounds", str(result.get("rounds")))
+    t.add_row("final accuracy", "-" if acc is None else f"{100 * acc:.2f} %")
+    t.add_row("best accuracy", "-" if best is None else f"{100 * best:.2f} %")
+    t.add_row("coalitions", str(result.get("coalitions")))
+    if result.get("initial_jsd") is not None:
+        t.add_row("JSD initial → formed",
+                  f"{result['initial_jsd']:.4f} → {result['formed_jsd']:.4f}")
+    t.add_row("wall time", f"{result.get('wall_seconds', 0.0):.1f} s")
+    t.add_row("energy", f"{result.get('energy_j', 0.0):.1f} J")
+    return t
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    if args.edges < 1 or args.clients < args.edges:
+        raise ValueError(f"need --edges >= 1 and --clients >= --edges (got {args.edges} edges, "
+                         f"{args.clients} clients)")
+    cfg = config_from_args(args)
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "result.json").unlink(missing_ok=True)
+    console = Console(stderr=True)
+    stop = threading.Event()
+    previous = {}
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        previous[sig] = signal.signal(sig, on_signal)
+    roles = Roles()
+    record: dict[str, Any] = {}
+    status = None
+    code, reason = 1, "failed to start"
+    started = time.monotonic()
+    try:
+        record = start_roles(cfg, args, out, roles)
+        console.print(f"cloud {record['cloud']}, {len(roles.edges)} edges, "
+                      f"{len(roles.clients)} clients started; logs in {out / 'logs'}")
+        status = StatusPoller(record["cloud"], args.tls_dir)
+        code, reason = supervise(roles, status, cfg.run.global_rounds, args, stop,
+                                 result_path=out / "result.json")
+        if code == 0:
+            # edges and clients end on their own once the cloud is done
+            end = time.monotonic() + 60.0
+            for child in [*roles.edges, *roles.clients]:
+                if child.wait(max(0.0, end - time.monotonic())) is None:
+                    log.warning("%s did not exit on its own; stopping it", child.name)
+    finally:
+        if status is not None:
+            status.close()
+        roles.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        record["exit_codes"] = {c.name: c.proc.returncode for c in roles.all()}
+        record["wall_seconds"] = time.monotonic() - started
+        record["reason"] = reason
+        (out / "launch.json").write_text(json.dumps(record, indent=1, default=str))
+    failed = {k: v for k, v in record["exit_codes"].items() if v not in (0, None)}
+    result_path = out / "result.json"
+    if code == 0 and result_path.is_file():
+        console.print(_summary(json.loads(result_path.read_text())))
+        if failed:
+            console.print(f"[yellow]roles that exited with an error: {failed} "
+                          f"(see {out / 'logs'})")
+        console.print(f"results in {out}")
+        return 0
+    tail = roles.cloud.tail() if roles.cloud is not None else ""
+    print(f"fedcure launch: error: {reason}; logs in {out / 'logs'}"
+          + (f"\ncloud log ends with:\n{tail}" if tail and code not in (0, 130) else ""),
+          file=sys.stderr)
+    return code if code else 1
+
+
+__all__ = ["config_from_args", "register", "run", "start_roles"]

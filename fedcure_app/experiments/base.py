@@ -1,0 +1,100 @@
+"""What every experiment module shares: the per-dataset context and the section it returns.
+
+An experiment module exposes ``NAME``, ``TITLE``, ``plan(ctx) -> list[RunSpec]`` (the simulations
+it needs, so a driver can run all of them under one progress bar) and ``analyse(ctx) -> Section``
+(tables, figures and numbers; it asks ``ctx.runner`` for results, which are memoised).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fedcure_app.config import FedCureConfig, apply_flat
+from fedcure_app.data import Dataset
+from fedcure_app.experiments.budget import Budget, base_config
+from fedcure_app.experiments.runner import Runner, RunSpec
+
+
+@dataclass
+class Context:
+    """One dataset's experiment context: data, budget, output folder and the shared runner."""
+
+    dataset: Dataset
+    data_dir: str | None
+    budget: Budget
+    out_dir: Path
+    runner: Runner
+
+    @property
+    def name(self) -> str:
+        return self.dataset.name
+
+    def base(self) -> FedCureConfig:
+        """The budget's configuration for this dataset (seed 0, FedCure)."""
+        return base_config(self.dataset.name, self.data_dir, self.budget)
+
+    def seeds(self, side: bool = False) -> list[int]:
+        """Table 1's seeds, or (``side``) the clustering/RH seeds, a prefix of them."""
+        return list(range(self.budget.side_seeds if side else self.budget.seeds))
+
+    def spec(self, label: str, method: str = "fedcure", *, seed: int = 0,
+             schedule_only: bool = False, **flat: Any) -> RunSpec:
+        """A run of ``method`` (a paper preset) with extra flat overrides applied after it."""
+        cfg = apply_flat(self.base(), {"method": method})
+        cfg = apply_flat(cfg, {"seed": seed, **flat})
+        samples = None if schedule_only else self.budget.eval_samples
+        return RunSpec(label=f"{label} (seed {seed})", cfg=cfg, eval_samples=samples,
+                       schedule_only=schedule_only)
+
+    def folder(self, experiment: str) -> Path:
+        """``out_dir/experiment``, created."""
+        p = self.out_dir / experiment
+        p.mkdir(parents=True, exist_ok=True)
+        return p
+
+
+@dataclass
+class Section:
+    """An experiment's outcome for one dataset: Markdown body, PNG figures, raw numbers."""
+
+    experiment: str
+    title: str
+    dataset: str
+    markdown: str
+    figures: list[Path] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)
+    wall_seconds: float = 0.0
+
+    def save(self, folder: Path) -> Path:
+        """Write ``summary.json`` (numbers, figure names, Markdown) into ``folder``."""
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / "summary.json"
+        path.write_text(json.dumps({
+            "experiment": self.experiment, "title": self.title, "dataset": self.dataset,
+            "wall_seconds": self.wall_seconds, "figures": [f.name for f in self.figures],
+            "data": self.data, "markdown": self.markdown,
+        }, indent=1))
+        return path
+
+
+def final_accuracies(results: list[dict[str, Any]]) -> list[float]:
+    """Final test accuracy (fraction) of each result."""
+    out = []
+    for r in results:
+        if r.get("final_accuracy") is None:
+            raise ValueError(f"run {r.get('label', '?')} has no final accuracy")
+        out.append(float(r["final_accuracy"]))
+    return out
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    """A GitHub-flavoured Markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+__all__ = ["Context", "RunSpec", "Section", "final_accuracies", "markdown_table"]

@@ -1,0 +1,118 @@
+"""Run experiments over datasets: load each dataset (or skip it with a reason), run the planned
+simulations once through a shared :class:`~fedcure_app.experiments.runner.Runner`, analyse.
+
+Output layout under ``out``: ``<dataset>/<experiment>/`` (PNG figures and ``summary.json``) and
+``<dataset>/runs/`` (the cached run results, gzipped JSON, keyed by configuration hash).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from fedcure_app.data import DATASETS, DatasetError, load_dataset
+from fedcure_app.experiments import clustering, efficiency, formation, rh, table1
+from fedcure_app.experiments.base import Context, Section
+from fedcure_app.experiments.budget import Budget, get_budget
+from fedcure_app.experiments.runner import Runner
+
+log = logging.getLogger(__name__)
+
+#: Experiment name -> module, in the order ``all`` runs them (Table 1 first: the clustering and
+#: RH experiments reuse its FedCure runs).
+EXPERIMENTS: dict[str, ModuleType] = {
+    "table1": table1, "clustering": clustering, "rh": rh, "efficiency": efficiency,
+    "formation": formation,
+}
+#: The order sections appear in the report (the paper's).
+REPORT_ORDER: tuple[str, ...] = ("formation", "clustering", "table1", "efficiency", "rh")
+#: ``--dataset all``: the offline default, then the paper's four datasets.
+ALL_DATASETS: tuple[str, ...] = ("digits", "mnist", "cifar10", "svhn", "cinic10")
+
+
+@dataclass
+class DatasetOutcome:
+    """What happened for one dataset: its sections, or why it was skipped."""
+
+    name: str
+    budget: Budget | None = None
+    sections: dict[str, Section] = field(default_factory=dict)
+    skipped: str | None = None
+    wall_seconds: float = 0.0
+    runs_simulated: int = 0
+    runs_cached: int = 0
+    #: Sum of the runs' own wall times (s) as measured when they ran (cached runs included).
+    compute_seconds: float = 0.0
+    config: dict[str, Any] = field(default_factory=dict)
+    test_samples: int = 0
+
+
+def parse_names(value: str, choices: tuple[str, ...], what: str, everything: tuple[str, ...]
+                ) -> list[str]:
+    """A comma-separated list (or ``all``) checked against ``choices``."""
+    names = [v.strip().lower() for v in value.split(",") if v.strip()]
+    if not names:
+        raise ValueError(f"no {what} given")
+    if names == ["all"]:
+        return list(everything)
+    bad = [n for n in names if n not in choices]
+    if bad:
+        raise ValueError(f"unknown {what} {bad[0]!r}; choose from {', '.join(choices)} or all")
+    return list(dict.fromkeys(names))
+
+
+def parse_datasets(value: str) -> list[str]:
+    return parse_names(value, tuple(DATASETS), "dataset", ALL_DATASETS)
+
+
+def parse_experiments(value: str) -> list[str]:
+    names = parse_names(value, tuple(EXPERIMENTS), "experiment", tuple(EXPERIMENTS))
+    return [n for n in EXPERIMENTS if n in names]
+
+
+def run_dataset(name: str, experiments: list[str], *, data_dir: str | None, budget: str,
+                seeds: int | None, out: Path, progress: Any = None, fresh: bool = False
+                ) -> DatasetOutcome:
+    """Every experiment in ``experiments`` on dataset ``name`` (skipped if its files are
+    missing)."""
+    outcome = DatasetOutcome(name)
+    t0 = time.perf_counter()
+    try:
+        dataset = load_dataset(name, data_dir)
+    except DatasetError as err:
+        outcome.skipped = str(err)
+        log.warning("skipping %s: %s", name, err)
+        return outcome
+    b = get_budget(budget, name, seeds)
+    outcome.budget = b
+    runner = Runner(dataset, out / name / "runs", progress=progress, fresh=fresh)
+    ctx = Context(dataset=dataset, data_dir=data_dir, budget=b, out_dir=out / name,
+                  runner=runner)
+    outcome.config = ctx.base().model_dump(mode="json", by_alias=True)
+    outcome.config["data"].pop("data-dir", None)
+    outcome.test_samples = min(dataset.test_size, b.eval_samples or dataset.test_size)
+    for exp in experiments:
+        module = EXPERIMENTS[exp]
+        e0 = time.perf_counter()
+        runner.run_all(module.plan(ctx))
+        section = module.analyse(ctx)
+        section.wall_seconds = time.perf_counter() - e0
+        section.save(ctx.folder(exp))
+        outcome.sections[exp] = section
+        log.info("%s/%s done in %.1f s", name, exp, section.wall_seconds)
+    outcome.wall_seconds = time.perf_counter() - t0
+    outcome.runs_simulated = runner.simulated
+    outcome.runs_cached = runner.cached_hits
+    outcome.compute_seconds = float(sum(r.get("wall_seconds", 0.0)
+                                        for r in runner.results.values()))
+    return outcome
+
+
+__all__ = [
+    "ALL_DATASETS", "DatasetOutcome", "EXPERIMENTS", "REPORT_ORDER", "parse_datasets",
+    "parse_experiments", "run_dataset",
+]

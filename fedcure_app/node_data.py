@@ -1,0 +1,121 @@
+"""The data file of one deployed client: its training samples, device profile and identity.
+
+``fedcure-client`` computes its partition once and writes it here; the SuperNode it starts gets
+the file's path in its node config (``data-file``), and the ClientApp (a fresh process per
+message) loads it instead of re-reading and re-partitioning the dataset.
+
+Format: a NumPy ``.npz`` with arrays ``x`` (float32, N×C×H×W), ``y`` (int64, N) and ``meta``
+(a 0-d unicode array holding JSON: ``dataset``, ``num_classes``, ``client_name``,
+``partition_id``, ``profile`` (a :class:`~fedcure_app.devices.DeviceProfile` as a dict),
+``format`` = ``"fedcure-node-data/1"``).
+
+Next to it, the ClientApp appends one JSON line per training message to
+``<data-file>.applied.jsonl`` (:func:`append_applied`): the directive it received and the
+frequency it ran at, so the client (and tests) can show that directives arrived and were applied.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedcure_app.devices import DeviceProfile, parse_profile
+
+FORMAT = "fedcure-node-data/1"
+
+
+class NodeDataError(ValueError):
+    """A node data file that is missing or malformed (one line)."""
+
+
+@dataclass(frozen=True)
+class NodeData:
+    """One client's samples, identity and device profile."""
+
+    x: np.ndarray
+    y: np.ndarray
+    dataset: str
+    num_classes: int
+    client_name: str
+    partition_id: int
+    profile: DeviceProfile
+
+    @property
+    def label_counts(self) -> np.ndarray:
+        """Samples per class, (num_classes,) int64."""
+        return np.bincount(self.y, minlength=self.num_classes).astype(np.int64)
+
+
+def save_node_data(path: str | Path, data: NodeData) -> Path:
+    """Write ``data`` atomically to ``path`` (an ``.npz``); return the path."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    meta = {
+        "format": FORMAT, "dataset": data.dataset, "num_classes": int(data.num_classes),
+        "client_name": data.client_name, "partition_id": int(data.partition_id),
+        "profile": data.profile.model_dump(mode="json"),
+    }
+    tmp = p.with_name(p.name + ".tmp.npz")
+    np.savez(tmp, x=np.ascontiguousarray(data.x, dtype=np.float32),
+             y=np.ascontiguousarray(data.y, dtype=np.int64), meta=np.array(json.dumps(meta)))
+    os.replace(tmp, p)
+    return p
+
+
+def load_node_data(path: str | Path) -> NodeData:
+    """Read a node data file; :class:`NodeDataError` when missing or malformed."""
+    p = Path(path)
+    try:
+        with np.load(p, allow_pickle=False) as z:
+            x, y, meta_raw = z["x"], z["y"], str(z["meta"])
+    except FileNotFoundError:
+        raise NodeDataError(f"node data file {p} not found") from None
+    except (OSError, KeyError, ValueError) as err:
+        raise NodeDataError(f"node data file {p} is not readable: {err}") from None
+    try:
+        meta: dict[str, Any] = json.loads(meta_raw)
+        if meta.get("format") != FORMAT:
+            raise NodeDataError(f"node data file {p}: format {meta.get('format')!r}, "
+                                f"expected {FORMAT!r}")
+        profile = parse_profile(meta["profile"])
+        out = NodeData(x=x, y=y, dataset=str(meta["dataset"]),
+                       num_classes=int(meta["num_classes"]),
+                       client_name=str(meta["client_name"]),
+                       partition_id=int(meta["partition_id"]), profile=profile)
+    except NodeDataError:
+        raise
+    except (KeyError, TypeError, ValueError) as err:
+        raise NodeDataError(f"node data file {p}: bad metadata ({err})") from None
+    if out.x.shape[0] != out.y.shape[0] or out.y.size == 0:
+        raise NodeDataError(f"node data file {p}: {out.x.shape[0]} inputs for {out.y.size} "
+                            "labels (needs at least one sample)")
+    return out
+
+
+def applied_path(data_file: str | Path) -> Path:
+    """Where the ClientApp logs the directives it applied (next to the data file)."""
+    p = Path(data_file)
+    return p.with_name(p.name + ".applied.jsonl")
+
+
+def append_applied(data_file: str | Path, entry: dict[str, Any]) -> None:
+    """Append one JSON line (a directive and what was applied) to :func:`applied_path`."""
+    with open(applied_path(data_file), "a") as f:
+        f.write(json.dumps(entry) + "\n")
+
+
+def read_applied(data_file: str | Path) -> list[dict[str, Any]]:
+    """The entries :func:`append_applied` wrote (empty when none)."""
+    p = applied_path(data_file)
+    if not p.is_file():
+        return []
+    return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+
+
+__all__ = ["FORMAT", "NodeData", "NodeDataError", "append_applied", "applied_path",
+           "load_node_data", "read_applied", "save_node_data"]

@@ -1,0 +1,300 @@
+"""Child processes of the deployment roles: start, watch, and stop them (and theirs) by PID.
+
+Flower's ``flower-superlink``/``flower-supernode`` start a ``flower-superexec`` in a new session,
+which starts one ``flwr-serverapp``/``flwr-clientapp`` process per run or message; a process
+group kill does not reach them. :class:`Child` therefore records a process's descendants
+(walking ``/proc`` by parent PID) before it stops the process, and then stops whichever of those
+PIDs are still alive: first SIGTERM, then SIGKILL after a grace period. Nothing is ever killed
+by name.
+
+Also here: free loopback ports, port checks, and the offline-safe environment every Flower
+process of FedCure runs with.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import IO
+
+log = logging.getLogger(__name__)
+
+#: Environment for every Flower process FedCure starts: no telemetry, no update check, no
+#: runtime dependency installation (``uv sync`` needs the network), fast SuperExec task polls.
+FLOWER_OFFLINE_ENV: dict[str, str] = {
+    "FLWR_TELEMETRY_ENABLED": "0",
+    "FLWR_DISABLE_UPDATE_CHECK": "1",
+    "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+    "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.05",
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "PYTHONUNBUFFERED": "1",
+}
+
+
+def flower_env(flwr_home: str | Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This process's environment plus :data:`FLOWER_OFFLINE_ENV` and a private ``FLWR_HOME``."""
+    env = dict(os.environ)
+    env.update(FLOWER_OFFLINE_ENV)
+    env["FLWR_HOME"] = str(flwr_home)
+    if extra:
+        env.update(extra)
+    return env
+
+
+# ----------------------------------------------------------------------------------- ports
+def split_address(address: str, what: str = "address") -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6]:PORT`` too) split and checked; ``ValueError`` with one line."""
+    host, sep, port = address.strip().rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
+        raise ValueError(f"{what} must be HOST:PORT (e.g. 127.0.0.1:9092), got {address!r}")
+    return host, int(port)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port on ``host`` that was free a moment ago (bind to port 0, read, close)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` distinct free ports on ``host`` (held open together while choosing)."""
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET,
+                              socket.SOCK_STREAM)
+            s.bind((host, 0))
+            socks.append(s)
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def check_bindable(host: str, port: int, what: str) -> None:
+    """Raise ``OSError`` with one plain line when ``host:port`` cannot be listened on."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as err:
+            reason = "the port is already in use" if err.errno == 98 else (err.strerror or err)
+            raise OSError(f"cannot listen on {host}:{port} ({what}): {reason}") from None
+
+
+def port_open(host: str, port: int, timeout_s: float = 0.2) -> bool:
+    """Whether something accepts TCP connections on ``host:port``."""
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+# ----------------------------------------------------------------------------------- /proc
+def _stat(pid: int) -> tuple[int, str] | None:
+    """(parent pid, state letter) of ``pid`` from /proc, or None when it is gone."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    rest = raw[raw.rfind(")") + 2:].split()
+    return int(rest[1]), rest[0]
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (exists and is not a zombie)."""
+    st = _stat(pid)
+    if st is None:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return not Path("/proc").is_dir()
+    return st[1] not in ("Z", "X")
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below ``pid`` (children first, then theirs), via /proc."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in entries:
+        if not name.isdigit():
+            continue
+        st = _stat(int(name))
+        if st is not None and st[1] not in ("Z", "X"):
+            children.setdefault(st[0], []).append(int(name))
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        p = todo.pop(0)
+        for c in children.get(p, []):
+            if c not in out:
+                out.append(c)
+                todo.append(c)
+    return out
+
+
+def stop_pids(pids: Sequence[int], grace_s: float = 5.0) -> list[int]:
+    """SIGTERM each live pid, wait up to ``grace_s``, SIGKILL the rest; return those killed."""
+    live = [p for p in pids if alive(p)]
+    for p in live:
+        try:
+            os.kill(p, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    end = time.monotonic() + grace_s
+    while time.monotonic() < end and any(alive(p) for p in live):
+        time.sleep(0.05)
+    killed = []
+    for p in live:
+        if alive(p):
+            try:
+                os.kill(p, signal.SIGKILL)
+                killed.append(p)
+            except ProcessLookupError:
+                pass
+    return killed
+
+
+# ----------------------------------------------------------------------------------- children
+class Child:
+    """One started process, its log file, and everything it started.
+
+    ``stop()`` SIGTERMs the process, waits ``grace_s``, SIGKILLs it if needed, then stops every
+    descendant seen before or during (by PID). The descendant list is refreshed by
+    :meth:`remember_descendants`, which :meth:`poll` calls.
+    """
+
+    def __init__(self, name: str, argv: Sequence[str], *, log_path: str | Path | None = None,
+                 env: Mapping[str, str] | None = None, cwd: str | Path | None = None,
+                 new_session: bool = True, on_line: Callable[[str], None] | None = None
+                 ) -> None:
+        self.name = name
+        self.argv = [str(a) for a in argv]
+        self.log_path = Path(log_path) if log_path is not None else None
+        self._log: IO[str] | None = None
+        self._seen: set[int] = set()
+        self._pump: threading.Thread | None = None
+        stdout: int | IO[str] = subprocess.DEVNULL
+        if on_line is not None:
+            stdout = subprocess.PIPE
+        elif self.log_path is not None:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            self._log = open(self.log_path, "a", buffering=1)  # noqa: SIM115
+            stdout = self._log
+        try:
+            self.proc = subprocess.Popen(
+                self.argv, stdout=stdout, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, env=dict(env) if env is not None else None,
+                cwd=str(cwd) if cwd is not None else None, start_new_session=new_session,
+                text=True,
+            )
+        except FileNotFoundError:
+            if self._log is not None:
+                self._log.close()
+            raise FileNotFoundError(
+                f"cannot start {name}: command {self.argv[0]!r} not found "
+                "(is the package installed in this environment?)") from None
+        if on_line is not None:
+            self._pump = threading.Thread(target=self._pump_lines, args=(on_line,),
+                                          name=f"{name}-log", daemon=True)
+            self._pump.start()
+        log.debug("started %s (pid %d): %s", name, self.proc.pid, " ".join(self.argv))
+
+    def _pump_lines(self, on_line: Callable[[str], None]) -> None:
+        assert self.proc.stdout is not None
+        sink = None
+        if self.log_path is not None:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            sink = open(self.log_path, "a", buffering=1)  # noqa: SIM115
+        try:
+            for line in self.proc.stdout:
+                if sink is not None:
+                    sink.write(line)
+                on_line(line.rstrip("\n"))
+        finally:
+            if sink is not None:
+                sink.close()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def poll(self) -> int | None:
+        """The exit code, or None while it runs (and remember its descendants)."""
+        code = self.proc.poll()
+        if code is None:
+            self.remember_descendants()
+        return code
+
+    def remember_descendants(self) -> None:
+        self._seen.update(descendants(self.proc.pid))
+
+    def tail(self, lines: int = 15) -> str:
+        """The last lines of its log (for error messages)."""
+        if self.log_path is None or not self.log_path.is_file():
+            return ""
+        text = self.log_path.read_text(errors="replace").splitlines()
+        return "\n".join(text[-lines:])
+
+    def stop(self, grace_s: float = 5.0) -> int | None:
+        """Stop it and everything it started; return its exit code."""
+        if self.proc.poll() is None:
+            self.remember_descendants()
+            try:
+                self.proc.send_signal(signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                log.warning("%s (pid %d) ignored SIGTERM for %.0f s: killing it", self.name,
+                            self.proc.pid, grace_s)
+                self.proc.kill()
+                self.proc.wait(5)
+        left = [p for p in self._seen if alive(p)]
+        if left:
+            # descendants of the descendants may have appeared meanwhile
+            for p in list(left):
+                left.extend(d for d in descendants(p) if d not in left)
+            killed = stop_pids(left, grace_s=min(grace_s, 3.0))
+            if killed:
+                log.debug("%s: killed leftover processes %s", self.name, killed)
+        if self._pump is not None:
+            self._pump.join(2)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        return self.proc.returncode
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """Wait for it to exit on its own (None on timeout), remembering descendants."""
+        end = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if end is not None and time.monotonic() >= end:
+                return None
+            time.sleep(0.1)
+        return self.proc.returncode
+
+
+__all__ = ["Child", "FLOWER_OFFLINE_ENV", "alive", "check_bindable", "descendants",
+           "flower_env", "free_port", "free_ports", "port_open", "split_address", "stop_pids"]

@@ -1,0 +1,185 @@
+"""Checkpoints: atomic files, exact restoration, and a real cloud process killed with SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cloud_server.checkpoint import CheckpointError, CheckpointStore, model_name, write_atomic
+from fedcure_app.config import FedCureConfig, apply_flat
+from fedcure_app.core.aggregation import cloud_update
+from fedcure_app.protocol.codec import decode_arrays
+from tests.deployment.edge_proc import edge_model
+from tests.deployment.fakes import FakeEdge, make_cfg
+from tests.deployment.reliability import (
+    Proc,
+    one_hot,
+    register_all,
+    request,
+    start,
+    state_of,
+    wait_until,
+)
+
+
+# ------------------------------------------------------------------------------ the store
+def test_atomic_write_replaces_whole_files(tmp_path: Path):
+    path = tmp_path / "x.bin"
+    write_atomic(path, b"old")
+    write_atomic(path, b"new contents")
+    assert path.read_bytes() == b"new contents"
+    assert [p.name for p in tmp_path.iterdir()] == ["x.bin"]  # no temp file left
+
+
+def test_store_round_trip_prunes_and_detects_damage(tmp_path: Path):
+    store = CheckpointStore(tmp_path / "ck")
+    assert not store.exists()
+    store.save({"a": 1}, {0: b"model zero", 1: b"model one"})
+    store.save({"a": 2}, {1: b"model one", 2: b"model two"})
+    state, models = store.load()
+    assert state["a"] == 2 and models == {1: b"model one", 2: b"model two"}
+    assert not (tmp_path / "ck" / model_name(0)).exists()  # nobody needs version 0 any more
+    (tmp_path / "ck" / model_name(2)).write_bytes(b"model tw0")
+    with pytest.raises(CheckpointError, match="damaged"):
+        store.load()
+    (tmp_path / "ck" / model_name(2)).unlink()
+    with pytest.raises(CheckpointError, match="missing"):
+        store.load()
+    (tmp_path / "ck" / "state.json").write_text("{not json")
+    with pytest.raises(CheckpointError, match="cannot read"):
+        store.load()
+
+
+# ------------------------------------------------------------------------------ in-process
+def test_a_resumed_cloud_has_exactly_the_saved_state(cleanup, tmp_path: Path):
+    cfg = make_cfg(4, 2, **{"global-rounds": 100, "max-concurrent": 2})
+    first = start(cfg, expected=4, out_dir=tmp_path, checkpoint=True)
+    cleanup.append(first)
+    edges = [FakeEdge(first.address, m) for m in range(2)]
+    cleanup.extend(edges)
+    register_all(first.address, [request(f"c{i}", one_hot(i), home=i % 2) for i in range(4)])
+    replies = {}
+    for i in range(5):
+        e = edges[i % 2]
+        task = e.next_task()
+        replies[task.task_id] = (e, task, e.submit(task, value=0.3 + 0.1 * i))
+    saved = state_of(first)
+    for e in edges:
+        e.close()
+    first.stop()
+
+    second = start(cfg, expected=4, out_dir=tmp_path, checkpoint=True, resume=True)
+    cleanup.append(second)
+    assert second.service.resumed
+    again = state_of(second)
+    assert again == saved
+    # the restored cloud answers duplicates exactly as before and streams the tasks in flight
+    edges = [FakeEdge(second.address, m) for m in range(2)]
+    cleanup.extend(edges)
+    for tid, (_, task, reply) in replies.items():
+        assert edges[task.coalition].submit(task, value=9.0) == reply
+    assert state_of(second) == saved
+    for e in edges:
+        task = e.next_task()
+        assert e.submit(task).accepted
+    assert state_of(second)["version"] == saved["version"] + 2
+
+
+def test_a_checkpoint_of_another_configuration_is_refused(cleanup, tmp_path: Path):
+    cfg = make_cfg(2, 1, **{"global-rounds": 10})
+    first = start(cfg, expected=2, out_dir=tmp_path, checkpoint=True)
+    cleanup.append(first)
+    edge = FakeEdge(first.address, 0)
+    cleanup.append(edge)
+    register_all(first.address, [request(f"c{i}", one_hot(i), home=0) for i in range(2)])
+    assert edge.submit(edge.next_task()).accepted
+    edge.close()
+    first.stop()
+    other = apply_flat(cfg, {"beta": 0.9})
+    with pytest.raises(CheckpointError, match="different configuration"):
+        start(other, expected=2, out_dir=tmp_path, checkpoint=True, resume=True)
+
+
+# ------------------------------------------------------------------------------ SIGKILL
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cloud(port: int, out: Path, rounds: int) -> Proc:
+    return Proc("-m", "cloud_server.cli", "--listen", f"127.0.0.1:{port}",
+                "--expected-clients", "4", "--edges", "2", "--rounds", str(rounds),
+                "--formation", "none", "--out", str(out), "--no-plots", "--insecure",
+                "--resume", "--register-timeout", "60")
+
+
+def edge_proc(port: int, m: int) -> Proc:
+    return Proc("-m", "tests.deployment.edge_proc", "--cloud", f"127.0.0.1:{port}",
+                "--edge-id", str(m), "--delay", "0.05", "--insecure", "--lifetime", "150")
+
+
+def test_sigkilled_cloud_resumes_without_losing_or_repeating_updates(tmp_path: Path):
+    rounds = 24
+    port = free_port()
+    procs: list[Proc] = []
+    try:
+        first = cloud(port, tmp_path, rounds)
+        procs.append(first)
+        first.wait_for(r"listening on")
+        edges = [edge_proc(port, m) for m in range(2)]
+        procs.extend(edges)
+        register_all(f"127.0.0.1:{port}",
+                     [request(f"c{i}", one_hot(i, classes=10), home=i % 2) for i in range(4)],
+                     timeout=60)
+        current = first
+        for kill_after in (6, 14):  # SIGKILL mid-run, twice
+            current.wait_for(rf"round {kill_after}/{rounds}:", timeout=60)
+            current.kill()
+            current = cloud(port, tmp_path, rounds)
+            procs.append(current)
+            current.wait_for(r"resumed from checkpoint", timeout=60)
+        assert current.proc.wait(90) == 0, "".join(current.log)
+        for e in edges:
+            e.proc.wait(30)
+    finally:
+        for p in procs:
+            p.kill()
+
+    result = json.loads((tmp_path / "result.json").read_text())
+    records = result["records"]
+    assert result["rounds"] == rounds and result["complete"]
+    # one aggregation per version and per task: nothing applied twice
+    assert [r["version"] for r in records] == list(range(1, rounds + 1))
+    assert len({r["task_id"] for r in records}) == rounds
+    by_task = {r["task_id"]: r for r in records}
+    # every update an edge was told was accepted is in the final history, at that version
+    told = []
+    for e in edges:
+        log = "".join(e.log)
+        assert "refused" not in log, log
+        told += re.findall(r"^reply (\S+) accepted=1 version=(\d+)$", log, flags=re.M)
+    assert told
+    for tid, version in told:
+        assert by_task[tid]["version"] == int(version)
+    assert len([f for f in result["faults"] if f["kind"] == "resumed"]) == 2
+
+    # the final model is exactly the replay of the accepted updates from the initial model
+    from cloud_server.service import CloudService
+
+    cfg = apply_flat(FedCureConfig(), {"num-edges": 2, "num-clients": 4,
+                                       "global-rounds": rounds, "formation": "none"})
+    models = {0: CloudService(cfg, expected_clients=4)._build_initial_arrays()}
+    glob = models[0]
+    for r in records:
+        base = r["version"] - 1 - r["staleness"]
+        glob = cloud_update(glob, edge_model(models[base], r["task_id"]), r["xi"])
+        models[r["version"]] = glob
+    final = decode_arrays((tmp_path / "final_model.safetensors").read_bytes())
+    assert len(final) == len(glob)
+    assert all(np.array_equal(a, b) for a, b in zip(final, glob))
