@@ -54,6 +54,8 @@ def test_a_killed_edge_is_dropped_and_taken_back(cleanup):
     svc = server.service
     edges = [edge(server.address, m, 0.15) for m in range(3)]
     cleanup.extend(edges)
+    # register once every ES is up, so that round 0's short deadlines start with them
+    wait_until(lambda: all(e.connected.is_set() for e in svc._edges.values()), 60)
     register_all(server.address, [request(f"c{i}", one_hot(i), home=i % 3, profile=TIMED)
                                   for i in range(6)], timeout=60)
     wait_until(lambda: svc.strategy is not None and svc.strategy.participation.min() >= 2, 60)
@@ -88,7 +90,7 @@ def test_a_killed_edge_is_dropped_and_taken_back(cleanup):
 def test_an_idle_edge_that_leaves_is_not_scheduled(cleanup):
     """With K < M an idle ES that disconnects is taken out at once and back when it returns."""
     cfg = make_cfg(4, 2, **{"global-rounds": 10_000, "max-concurrent": 1,
-                            "deadline-min-s": 1.0})
+                            "deadline-min-s": 30.0})
     server = start(cfg, expected=4)
     cleanup.append(server)
     svc = server.service
@@ -98,6 +100,7 @@ def test_an_idle_edge_that_leaves_is_not_scheduled(cleanup):
 
     e1 = FakeEdge(server.address, 1)  # in-process: answers only when told
     cleanup.append(e1)
+    wait_until(lambda: all(e.connected.is_set() for e in svc._edges.values()), 60)
     register_all(server.address, [request(f"c{i}", one_hot(i), home=i % 2, profile=TIMED)
                                   for i in range(4)], timeout=60)
     # round 0 dispatches both; answer edge 1's first task, then leave while idle

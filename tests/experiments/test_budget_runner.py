@@ -47,7 +47,8 @@ def test_eval_view_is_a_fixed_subset(digits):
     assert eval_view(digits, None) is digits
 
 
-def test_runner_caches_on_disk_and_schedule_only_keeps_the_schedule(digits, tmp_path):
+def test_runner_caches_on_disk_and_schedule_only_keeps_the_schedule(digits, tmp_path,
+                                                                    one_thread):
     cfg = base_config("digits", None, get_budget("tiny", "digits"))
     trained, replay = RunSpec("t", cfg), RunSpec("s", cfg, schedule_only=True)
     with Progress(disable=True) as progress:

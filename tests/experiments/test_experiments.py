@@ -17,10 +17,21 @@ from fedcure_app.experiments.table1 import METHODS
 
 @pytest.fixture(scope="module")
 def out(tmp_path_factory):
+    """One tiny ``all`` run (one torch thread: much faster on a busy 2-core box); the thread
+    setting is restored afterwards so other tests see the process default."""
+    import torch
+
+    from fedcure_app import training
+
+    threads, configured = torch.get_num_threads(), training._threads_configured
     out = tmp_path_factory.mktemp("experiments")
     empty = tmp_path_factory.mktemp("no-data")
-    rc = main(["experiment", "all", "--dataset", "digits,cifar10", "--data-dir", str(empty),
-               "--budget", "tiny", "--out", str(out), "--no-progress"])
+    try:
+        rc = main(["experiment", "all", "--dataset", "digits,cifar10", "--data-dir", str(empty),
+                   "--budget", "tiny", "--out", str(out), "--no-progress", "--threads", "1"])
+    finally:
+        torch.set_num_threads(threads)
+        training._threads_configured = configured
     assert rc == 0
     return out
 
@@ -89,7 +100,7 @@ def test_report_skips_the_missing_dataset_and_embeds_every_figure(out):
     links = re.findall(r"!\[[^]]*\]\(([^)]+)\)", report)
     assert len(links) == sum(len(summary(out, n)["figures"]) for n in NAMES)
     assert all((out / link).is_file() for link in links)
-    assert "fedcure experiment all --dataset digits,cifar10" in report
+    assert "fedcure experiment all --dataset digits,cifar10" in report and "--threads 1" in report
 
 
 def test_second_invocation_reuses_the_cached_runs(out, capsys):
