@@ -14,7 +14,6 @@ import argparse
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from fedcure_app.config import apply_flat, FedCureConfig

@@ -75,7 +75,8 @@ class Soak:
         self.config = self.out / "soak.toml"
         self.config.write_text(
             "[run]\nglobal-rounds = 1000000\n"
-            "[reliability]\ndeadline-min-s = 2.0\ndeadline-slack = 2.0\n")
+            "[reliability]\ndeadline-min-s = 2.0\ndeadline-slack = 2.0\n"
+            "first-deadline-s = 2.0\n")
         self.clouds: list[Proc] = []
         self.edges: dict[int, list[Proc]] = {m: [] for m in range(args.edges)}
         self.edge_kills: list[tuple[int, int]] = []  # (edge, index of the killed process)

@@ -28,7 +28,6 @@ import argparse
 import json
 import logging
 import os
-import signal
 import socket
 import sys
 import tempfile
@@ -289,22 +288,13 @@ def probe() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    if os.environ.get("GRPC_VERBOSITY", "").upper() not in ("DEBUG", "INFO"):
-        os.environ["GRPC_VERBOSITY"] = "NONE"
+    from fedcure_app.processes import quiet_grpc, role_start
+
+    quiet_grpc()
     args = build_parser().parse_args(argv)
     if args.probe:
         return probe()
-    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        datefmt="%H:%M:%S")
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        log.info("%s received: stopping", signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = role_start(args.quiet, log)
     from fedcure_app.config import ConfigError
     from fedcure_app.data.errors import DatasetError
     from fedcure_app.protocol.channel import ChannelConfigError

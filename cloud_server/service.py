@@ -702,6 +702,7 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
             arrays,
             max_concurrent=cfg.concurrency,
             seed=cfg.run.seed,
+            calibrate_prior=cfg.devices.calibrates(deployed=True),
         )
         with self.lock:
             for i, c in enumerate(clients):

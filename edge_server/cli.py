@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import sys
 import tempfile
 import threading
@@ -273,20 +272,11 @@ def run_edge(args: argparse.Namespace, stop: threading.Event) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    if os.environ.get("GRPC_VERBOSITY", "").upper() not in ("DEBUG", "INFO"):
-        os.environ["GRPC_VERBOSITY"] = "NONE"
+    from fedcure_app.processes import quiet_grpc, role_start
+
+    quiet_grpc()
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        datefmt="%H:%M:%S")
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        log.info("%s received: stopping", signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = role_start(args.quiet, log)
     from edge_server.settings import SettingsError
     from edge_server.superlink import SuperLinkError
     from fedcure_app.protocol.channel import ChannelConfigError

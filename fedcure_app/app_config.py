@@ -54,7 +54,8 @@ APP_OPTION_DEFAULTS: dict[str, Any] = {
 }
 
 #: Optional string knobs for which ``""`` means "unset".
-_EMPTY_IS_UNSET = ("data-dir", "profiles-file", "formation", "scheduler", "method", "mix")
+_EMPTY_IS_UNSET = ("data-dir", "profiles-file", "formation", "scheduler", "method", "mix",
+                   "calibrate-prior")
 ROLES = ("simulation", "edge")
 
 

@@ -123,6 +123,13 @@ class DevicesConfig(_Section):
     )
     profiles_file: str | None = Field(None, description="JSON/TOML file of device profiles")
     edge_link_mbps: float = Field(100.0, gt=0.0, description="edge↔cloud link, Mbit/s")
+    calibrate_prior: bool | None = Field(
+        None, description="rescale the latency priors by observed/predicted latency (empirical "
+        "Bayes); default: on in deployment (measured latencies), off in simulation")
+
+    def calibrates(self, deployed: bool) -> bool:
+        """Whether the latency estimator calibrates its prior in this role."""
+        return deployed if self.calibrate_prior is None else self.calibrate_prior
 
 
 class ReliabilityConfig(_Section):
@@ -138,6 +145,9 @@ class ReliabilityConfig(_Section):
         0.99, gt=0.0, lt=1.0, description="latency quantile (estimator) a task's deadline uses")
     deadline_slack: float = Field(2.0, ge=1.0, description="deadline = slack × that quantile")
     deadline_min_s: float = Field(30.0, gt=0.0, description="shortest task deadline, seconds")
+    first_deadline_s: float = Field(
+        600.0, gt=0.0, description="shortest task deadline while no task has been answered yet "
+        "(the latency prior is only the device profiles' guess), seconds")
 
 
 class FedCureConfig(_Section):

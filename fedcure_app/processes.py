@@ -49,6 +49,30 @@ def flower_env(flwr_home: str | Path, extra: Mapping[str, str] | None = None) ->
 
 
 # ----------------------------------------------------------------------------------- ports
+def quiet_grpc() -> None:
+    """Silence gRPC core's own stderr lines (bind errors and the like, which FedCure reports
+    itself) unless ``GRPC_VERBOSITY`` asks for DEBUG/INFO; call before grpc is imported."""
+    if os.environ.get("GRPC_VERBOSITY", "").upper() not in ("DEBUG", "INFO"):
+        os.environ["GRPC_VERBOSITY"] = "NONE"
+
+
+def role_start(quiet: bool, role_log: logging.Logger) -> threading.Event:
+    """Start-up shared by the role commands: timestamped logging (warnings only when
+    ``quiet``) and an event set on SIGTERM/SIGINT, which the role polls to stop cleanly."""
+    logging.basicConfig(level=logging.WARNING if quiet else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        datefmt="%H:%M:%S")
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        role_log.info("%s received: stopping", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    return stop
+
+
 def split_address(address: str, what: str = "address") -> tuple[str, int]:
     """``HOST:PORT`` (``[v6]:PORT`` too) split and checked; ``ValueError`` with one line."""
     host, sep, port = address.strip().rpartition(":")

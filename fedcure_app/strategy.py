@@ -103,6 +103,9 @@ class FedCureStrategy:
         The initial global model.
     max_concurrent:
         K; ``None`` means ⌈M/2⌉.
+    calibrate_prior:
+        Rescale every coalition's latency prior by the observed/predicted ratio (see
+        :mod:`fedcure_app.core.estimator`): on for measured (deployed) latencies.
     """
 
     def __init__(
@@ -117,6 +120,7 @@ class FedCureStrategy:
         *,
         max_concurrent: int | None = None,
         seed: int = 0,
+        calibrate_prior: bool = False,
     ) -> None:
         m = len(coalitions)
         if m == 0 or any(len(c) == 0 for c in coalitions):
@@ -137,7 +141,7 @@ class FedCureStrategy:
         sizes = np.array([self.client_samples[list(c)].sum() for c in self.coalitions])
         self.delta = queue_deltas(sizes, method.kappa)
         self.scheduler = make_scheduler(method.scheduler, self.delta, beta=method.beta, seed=seed)
-        self.estimator = LatencyEstimator(prior)
+        self.estimator = LatencyEstimator(prior, calibrate=calibrate_prior)
         self.global_arrays = [np.array(a, copy=True) for a in initial_arrays]
         self.version = 0
         self.round = 0

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fedcure_app.config import METHOD_PRESETS, FedCureConfig, apply_flat, load_config
+from fedcure_app.config import METHOD_PRESETS, FedCureConfig, load_config
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +88,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="shortest task deadline (s) before the cloud gives up on a coalition "
                         f"(default {LAUNCH_DEADLINE_MIN_S:.0f}: Flower starts one process per "
                         "message, slow on a shared host)")
+    p.add_argument("--edge-timeout", type=float, default=0.0, metavar="S",
+                   help="per edge round reply deadline: a client that has not answered within "
+                        "S seconds is dropped from the round (0: wait for every client)")
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads per ClientApp (OMP_NUM_THREADS; default 1: many "
                         "clients share this host)")
@@ -97,21 +100,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def config_from_args(args: argparse.Namespace) -> FedCureConfig:
     """The run's configuration: file (if any), then the method preset, then the options."""
-    cfg = load_config(args.config) if args.config else FedCureConfig()
-    flat: dict[str, Any] = {}
-    if args.method:
-        flat["method"] = args.method
-    for opt, key in _OPTIONS.items():
-        value = getattr(args, opt, None)
-        if value is not None:
-            flat[key] = value
+    from fedcure_app.cli.simulate import options_config
+
+    extra: dict[str, Any] = {}
     if args.deadline_min is not None:
-        flat["deadline-min-s"] = args.deadline_min
-    elif "deadline_min_s" not in cfg.reliability.model_fields_set:
-        flat["deadline-min-s"] = LAUNCH_DEADLINE_MIN_S
-    late = {k: flat.pop(k) for k in ("formation", "scheduler") if k in flat}
-    cfg = apply_flat(cfg, flat)
-    return apply_flat(cfg, late) if late else cfg
+        extra["deadline-min-s"] = args.deadline_min
+    elif not (args.config and "deadline_min_s" in load_config(args.config).reliability
+              .model_fields_set):
+        extra["deadline-min-s"] = LAUNCH_DEADLINE_MIN_S
+    return options_config(args, _OPTIONS, extra)
 
 
 @dataclass
@@ -178,7 +175,7 @@ def start_roles(cfg: FedCureConfig, args: argparse.Namespace, out: Path, roles: 
     for e, port in enumerate(free_ports(m)):
         argv = [py, "-m", "edge_server.cli", "--cloud", cloud_addr, "--edge-id", str(e),
                 "--listen", f"127.0.0.1:{port}", "--work-dir", str(work / f"edge{e}"),
-                *token, *_security_flags(args.tls_dir, "edge")]
+                "--edge-timeout", str(getattr(args, "edge_timeout", 0.0)), *token, *_security_flags(args.tls_dir, "edge")]
         child = Child(f"edge{e}", argv, log_path=logs / f"edge{e}.log", env=env)
         roles.edges.append(child)
         record["edges"][e] = f"127.0.0.1:{port}"

@@ -10,7 +10,6 @@ from typing import Any
 
 from fedcure_app.config import (
     METHOD_PRESETS,
-    ConfigError,
     FedCureConfig,
     apply_flat,
     load_config,
@@ -70,17 +69,27 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def config_from_args(args: argparse.Namespace) -> FedCureConfig:
-    """The configuration: file (if any), then the method preset, then the explicit options."""
+def options_config(args: argparse.Namespace, options: dict[str, str],
+                   extra: dict[str, Any] | None = None) -> FedCureConfig:
+    """The configuration of a command line: ``--config`` file (if any), then the ``--method``
+    preset, then the options given (``options`` maps argparse dest → flat key) and ``extra``;
+    ``formation``/``scheduler`` options go last so that they override the preset's."""
     cfg = load_config(args.config) if args.config else FedCureConfig()
-    flat: dict[str, Any] = {}
-    if args.method:
-        flat["method"] = args.method
-    for opt, key in _OPTIONS.items():
+    flat: dict[str, Any] = dict(extra or {})
+    for opt, key in options.items():
         value = getattr(args, opt, None)
         if value is not None:
             flat[key] = value
-    return apply_flat(cfg, flat)
+    late = {k: flat.pop(k) for k in ("formation", "scheduler") if k in flat}
+    if getattr(args, "method", None):
+        flat["method"] = args.method
+    cfg = apply_flat(cfg, flat)
+    return apply_flat(cfg, late) if late else cfg
+
+
+def config_from_args(args: argparse.Namespace) -> FedCureConfig:
+    """The configuration: file (if any), then the method preset, then the explicit options."""
+    return options_config(args, _OPTIONS)
 
 
 def _run_on_flower(cfg: FedCureConfig, out: Path) -> dict[str, Any]:

@@ -19,6 +19,14 @@ the posterior predictive of y is Student-t with 2aₙ degrees of freedom, locati
 The exact predictive mean of T = e^y is infinite under a Student-t (it has no moment generating
 function), so :meth:`LatencyEstimator.mean` is the *plug-in* mean: the exact conditional mean
 E[T | σ²] = exp(μₙ + ½σ²(1 + 1/κₙ)) evaluated at the posterior mean σ² = bₙ/(aₙ − 1).
+
+Prior calibration (``calibrate=True``, empirical Bayes): the device-profile predictions may be
+right about how coalitions compare and wrong about the host as a whole (in deployment they miss
+process start-up, messaging and a shared CPU; a factor of 100 or more is common). With
+calibration every coalition's prior is centred on s·T₀_m, where ln s is the mean of
+ln T − ln T₀ over all latencies observed so far, whichever coalition they came from. Without it
+one arrival 1000× slower than its prior leaves a huge posterior variance and a plug-in mean far
+above every observation; with it the prior moves to the observed scale at the first arrival.
 """
 
 from __future__ import annotations
@@ -35,7 +43,8 @@ from fedcure_app.core._checks import finite_array, finite_float, positive_int
 class LatencyEstimator:
     """Conjugate lognormal latency model per coalition, vectorised over the M coalitions."""
 
-    def __init__(self, prior_latency, prior_strength: float = 1.0, prior_cv: float = 0.3) -> None:
+    def __init__(self, prior_latency, prior_strength: float = 1.0, prior_cv: float = 0.3,
+                 *, calibrate: bool = False) -> None:
         prior = finite_array(prior_latency, "prior_latency", ndim=1)
         if prior.size == 0:
             raise ValueError("prior_latency needs at least one coalition")
@@ -51,6 +60,10 @@ class LatencyEstimator:
         self.b0 = s2 * (self.a0 - 1.0)
         self.mu0 = np.log(prior) - 0.5 * s2 * (1.0 + 1.0 / self.kappa0)
         m = prior.size
+        self.calibrate = bool(calibrate)
+        #: sum and count of ln T − ln T₀ over every observation (prior calibration)
+        self.calib_sum = 0.0
+        self.calib_n = 0
         self.count = np.zeros(m)
         self.log_mean = np.zeros(m)
         self.log_m2 = np.zeros(m)
@@ -71,20 +84,34 @@ class LatencyEstimator:
         m = self._check_m(m)
         t = finite_float(latency_s, "latency_s", low=0.0, low_open=True)
         y = math.log(t)
+        self.calib_sum += y - math.log(self.prior_latency[m])
+        self.calib_n += 1
         self.count[m] += 1.0
         delta = y - self.log_mean[m]
         self.log_mean[m] += delta / self.count[m]
         self.log_m2[m] += delta * (y - self.log_mean[m])
 
     # ------------------------------------------------------------------ posterior
+    @property
+    def scale(self) -> float:
+        """s: the factor every prior is multiplied by (1 without calibration or data)."""
+        if not self.calibrate or self.calib_n == 0:
+            return 1.0
+        return math.exp(self.calib_sum / self.calib_n)
+
+    def prior_location(self) -> np.ndarray:
+        """μ₀ per coalition, shifted by ln s under calibration, shape (M,)."""
+        return self.mu0 + math.log(self.scale)
+
     def posterior(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """NIG posterior parameters (μₙ, κₙ, aₙ, bₙ), each shape (M,)."""
         n = self.count
+        mu0 = self.prior_location()
         kn = self.kappa0 + n
-        mun = (self.kappa0 * self.mu0 + n * self.log_mean) / kn
+        mun = (self.kappa0 * mu0 + n * self.log_mean) / kn
         an = self.a0 + 0.5 * n
         bn = (self.b0 + 0.5 * self.log_m2
-              + self.kappa0 * n * (self.log_mean - self.mu0) ** 2 / (2.0 * kn))
+              + self.kappa0 * n * (self.log_mean - mu0) ** 2 / (2.0 * kn))
         return mun, kn, an, bn
 
     def predictive(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -120,6 +147,9 @@ class LatencyEstimator:
             "prior_latency": self.prior_latency.tolist(),
             "prior_strength": self.prior_strength,
             "prior_cv": self.prior_cv,
+            "calibrate": self.calibrate,
+            "calib_sum": self.calib_sum,
+            "calib_n": self.calib_n,
             "count": self.count.tolist(),
             "log_mean": self.log_mean.tolist(),
             "log_m2": self.log_m2.tolist(),
@@ -129,7 +159,10 @@ class LatencyEstimator:
         """Restore :meth:`state_dict` output (replaces prior and statistics)."""
         try:
             fresh = LatencyEstimator(state["prior_latency"], state["prior_strength"],
-                                     state["prior_cv"])
+                                     state["prior_cv"],
+                                     calibrate=bool(state.get("calibrate", False)))
+            calib_sum = finite_float(state.get("calib_sum", 0.0), "calib_sum")
+            calib_n = positive_int(state.get("calib_n", 0), "calib_n", minimum=0)
             stats_ = {k: finite_array(state[k], k, ndim=1)
                       for k in ("count", "log_mean", "log_m2")}
         except KeyError as err:
@@ -141,6 +174,7 @@ class LatencyEstimator:
         if np.any(stats_["count"] < 0) or np.any(stats_["log_m2"] < 0):
             raise ValueError("estimator state has negative counts or sums of squares")
         self.__dict__.update(fresh.__dict__)
+        self.calib_sum, self.calib_n = calib_sum, calib_n
         self.count = stats_["count"].copy()
         self.log_mean = stats_["log_mean"].copy()
         self.log_m2 = stats_["log_m2"].copy()

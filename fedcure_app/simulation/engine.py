@@ -148,6 +148,7 @@ class SimulationEngine:
             federation.initial_arrays,
             max_concurrent=self.cfg.concurrency,
             seed=self.cfg.run.seed,
+            calibrate_prior=self.cfg.devices.calibrates(deployed=False),
         )
         self._clock_rng = np.random.default_rng(derive_seed(self.cfg.run.seed, "clock"))
         self._eval_model = build_model(federation.dataset.name, federation.dataset.num_classes)

@@ -102,6 +102,45 @@ def test_state_round_trip_through_json():
     assert np.array_equal(other.mean(), est.mean())
 
 
+def test_calibrated_state_round_trip_keeps_the_scale():
+    est = LatencyEstimator([1.0, 2.0], calibrate=True)
+    est.update(0, 50.0)
+    other = LatencyEstimator([1.0, 2.0])
+    other.load_state_dict(json.loads(json.dumps(est.state_dict())))
+    assert other.calibrate and other.scale == pytest.approx(50.0)
+    assert np.array_equal(other.mean(), est.mean())
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    prior=st.lists(st.floats(0.01, 100.0), min_size=2, max_size=6),
+    factor=st.floats(1e-3, 1e4),
+    observed=st.integers(0, 5),
+)
+def test_calibration_moves_every_prior_to_the_observed_scale(prior, factor, observed):
+    """Latencies exactly ``factor`` × the profile prediction: with calibration every coalition,
+    observed or not, is estimated at factor × its prior; without it one far-off arrival sends
+    the plug-in mean beyond every observation."""
+    m = observed % len(prior)
+    cal = LatencyEstimator(prior, calibrate=True)
+    raw = LatencyEstimator(prior)
+    for _ in range(3):
+        cal.update(m, factor * prior[m])
+        raw.update(m, factor * prior[m])
+    assert cal.scale == pytest.approx(factor, rel=1e-9)
+    assert np.allclose(cal.mean(), factor * np.asarray(prior), rtol=0.15)
+    assert 0.5 < cal.quantile(m, 0.5) / (factor * prior[m]) < 2.0
+    if factor > 100.0:
+        assert raw.mean()[m] > 1.5 * factor * prior[m]
+
+
+def test_calibration_is_off_by_default_and_neutral_without_data():
+    prior = np.array([0.2, 3.0])
+    assert not LatencyEstimator(prior).calibrate
+    cal = LatencyEstimator(prior, calibrate=True)
+    assert cal.scale == 1.0 and np.allclose(cal.mean(), prior, rtol=1e-12)
+
+
 @pytest.mark.parametrize(
     "call, match",
     [

@@ -12,7 +12,7 @@ import pytest
 from fedcure_app.protocol import cloud_pb2 as pb
 from fedcure_app.protocol import cloud_pb2_grpc as pb_grpc
 from fedcure_app.protocol.codec import decode_arrays, encode_arrays
-from tests.deployment.fakes import SMALL_MODEL, FakeEdge, channel, make_cfg
+from tests.deployment.fakes import FakeEdge, channel, make_cfg
 from tests.deployment.reliability import (
     code_of,
     federation,
@@ -89,7 +89,8 @@ def test_oversized_messages_are_refused(cleanup):
 
 def test_unknown_answered_and_misaddressed_submits(cleanup):
     server, (e0, e1) = federation(cleanup)
-    t0, t1 = e0.next_task(), e1.next_task()
+    t0 = e0.next_task()
+    e1.next_task()
     before = state_of(server)
     assert code_of(lambda: e0.submit(t0, task_id="r9-c0-v9")) == grpc.StatusCode.NOT_FOUND
     assert code_of(lambda: e0.submit(t0, task_id="")) == grpc.StatusCode.NOT_FOUND

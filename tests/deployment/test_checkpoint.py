@@ -23,7 +23,6 @@ from tests.deployment.reliability import (
     request,
     start,
     state_of,
-    wait_until,
 )
 
 

@@ -3,15 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
-import queue
-import re
 import signal
 import socket
-import subprocess
-import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -19,48 +12,16 @@ import pytest
 from cloud_server.service import AddressInUse, CloudServer
 from fedcure_app.protocol import cloud_pb2_grpc as pb_grpc
 from tests.deployment.fakes import FakeEdge, channel, make_cfg, register_request, start_cloud
+from tests.deployment.reliability import Proc
 
-ROOT = Path(__file__).resolve().parents[2]
 
-
-class Cloud:
-    """``python -m cloud_server.cli ...`` with its log lines collected."""
+class Cloud(Proc):
+    """``python -m cloud_server.cli ...`` (plaintext unless TLS is asked for), its log lines
+    collected; stop = SIGKILL."""
 
     def __init__(self, *args: str) -> None:
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "cloud_server.cli", *args,
-             *([] if {"--insecure", "--tls-cert"} & set(args) else ["--insecure"])],
-            cwd=ROOT, env=env,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        self.lines: queue.Queue[str] = queue.Queue()
-        self.log: list[str] = []
-        threading.Thread(target=self._pump, daemon=True).start()
-
-    def _pump(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.log.append(line)
-            self.lines.put(line)
-
-    def wait_for(self, pattern: str, timeout: float = 30.0) -> re.Match:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            try:
-                line = self.lines.get(timeout=0.2)
-            except queue.Empty:
-                if self.proc.poll() is not None and self.lines.empty():
-                    break
-                continue
-            m = re.search(pattern, line)
-            if m:
-                return m
-        raise AssertionError(f"no line matching {pattern!r}; log:\n{''.join(self.log)}")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(5)
+        super().__init__("-m", "cloud_server.cli", *args,
+                         *([] if {"--insecure", "--tls-cert"} & set(args) else ["--insecure"]))
 
 
 @pytest.fixture

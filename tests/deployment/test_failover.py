@@ -26,17 +26,22 @@ from tests.deployment.reliability import (
 
 @settings(max_examples=60, deadline=None)
 @given(prior=st.floats(0.01, 100.0), obs=st.lists(st.floats(0.01, 100.0), max_size=8),
-       q=st.floats(0.5, 0.999), slack=st.floats(1.0, 5.0), floor=st.floats(0.1, 10.0))
-def test_deadline_is_slack_times_the_latency_quantile(prior, obs, q, slack, floor):
+       q=st.floats(0.5, 0.999), slack=st.floats(1.0, 5.0), floor=st.floats(0.1, 10.0),
+       first=st.floats(0.1, 1000.0))
+def test_deadline_is_slack_times_the_latency_quantile(prior, obs, q, slack, floor, first):
     est = LatencyEstimator(np.array([prior, prior]))
     for x in obs:
         est.update(0, x)
-    rel = ReliabilityConfig(deadline_quantile=q, deadline_slack=slack, deadline_min_s=floor)
+    rel = ReliabilityConfig(deadline_quantile=q, deadline_slack=slack, deadline_min_s=floor,
+                            first_deadline_s=first)
     d = task_deadline_s(est, 0, rel)
-    assert math.isclose(d, max(floor, slack * est.quantile(0, q)), rel_tol=1e-12)
+    # until some task was answered the prior alone is a guess: at least first_deadline_s
+    lowest = floor if obs else max(floor, first)
+    assert math.isclose(d, max(lowest, slack * est.quantile(0, q)), rel_tol=1e-12)
     # the coalition finishes within its deadline with probability >= q
     assert est.prob_within(0, d) >= q - 1e-9
-    tighter = ReliabilityConfig(deadline_quantile=q, deadline_slack=1.0, deadline_min_s=floor)
+    tighter = ReliabilityConfig(deadline_quantile=q, deadline_slack=1.0, deadline_min_s=floor,
+                                first_deadline_s=first)
     assert task_deadline_s(est, 0, tighter) <= d
     assert overdue(0.0, d, d + 1e-6) and not overdue(0.0, d, d)
 
@@ -48,7 +53,8 @@ def edge(address: str, m: int, delay: float) -> Proc:
 
 def test_a_killed_edge_is_dropped_and_taken_back(cleanup):
     cfg = make_cfg(6, 3, **{"global-rounds": 10_000, "max-concurrent": 3,
-                            "deadline-min-s": 1.0, "deadline-slack": 2.0})
+                            "deadline-min-s": 1.0, "deadline-slack": 2.0,
+                            "first-deadline-s": 1.0})
     server = start(cfg, expected=6)
     cleanup.append(server)
     svc = server.service

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from uuid import uuid4
 
-from flwr.app import Error, Message, RecordDict
+from flwr.app import Error, Message
 from flwr.serverapp import Grid
 
 
