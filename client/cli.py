@@ -63,6 +63,11 @@ def build_parser() -> argparse.ArgumentParser:
     sec.add_argument("--tls-cert", metavar="FILE",
                      help="client certificate for mutual TLS with the cloud")
     sec.add_argument("--tls-key", metavar="FILE", help="its private key")
+    sec.add_argument("--supernode-auth", action="store_true",
+                     help="authenticate the SuperNode to the edge (Flower SuperNode "
+                          "authentication, for edges started with --supernode-auth; needs "
+                          "--tls-ca): a P-384 key pair is made in --work-dir and the public key "
+                          "sent with Register")
     p.add_argument("--work-dir", metavar="DIR",
                    help="where the data file and the SuperNode's log go (default: temporary)")
     p.add_argument("--connect-timeout", type=float, default=60.0, metavar="S",
@@ -155,7 +160,7 @@ def build_node_data(cfg: Any, index: int, name: str) -> Any:
 
 
 def register(stub: Any, args: argparse.Namespace, name: str, data: Any, home: int,
-             stop: threading.Event) -> Any:
+             stop: threading.Event, supernode_key: str = "") -> Any:
     """``Association.Register`` until formation has run (re-calling on DEADLINE_EXCEEDED)."""
     import grpc
 
@@ -164,7 +169,7 @@ def register(stub: Any, args: argparse.Namespace, name: str, data: Any, home: in
 
     req = pb.RegisterRequest(client_name=name, label_counts=data.label_counts.tolist(),
                              device=profile_to_proto(data.profile), home_edge=home,
-                             token=args.token)
+                             token=args.token, supernode_public_key=supernode_key)
     end = time.monotonic() + args.register_timeout
     while not stop.is_set():
         left = end - time.monotonic()
@@ -193,7 +198,40 @@ def supernode_argv(edge_address: str, port: int, client_id: int, cpufreq: str,
         argv.append("--insecure")
     elif args.tls_ca:
         argv += ["--root-certificates", str(Path(args.tls_ca).resolve())]
+    if getattr(args, "supernode_key_file", None):
+        argv += ["--auth-supernode-private-key", str(args.supernode_key_file)]
     return argv
+
+
+def start_supernode(argv: list[str], work: Path, env: dict[str, str], stop: threading.Event,
+                    auth: bool, wait_s: float = 120.0) -> Any:
+    """Start ``flower-supernode``. Under SuperNode authentication the edge registers this
+    client's key a moment after Register answers; a SuperNode that started before that exits
+    (Flower's code 305) and is started again (for at most ``wait_s``)."""
+    from fedcure_app.processes import Child
+    from fedcure_app.supernode_auth import refused
+
+    end = time.monotonic() + wait_s
+    while True:
+        child = Child("flower-supernode", argv, log_path=work / "supernode.log", env=env,
+                      cwd=work)
+        if not auth:
+            return child
+        # a refused SuperNode exits within a few seconds of its first connection attempt
+        settle = time.monotonic() + 15.0
+        while time.monotonic() < settle and child.poll() is None and not stop.is_set():
+            if "SuperNode ID" in (child.tail(40) or ""):
+                return child
+            time.sleep(0.2)
+        code = child.poll()
+        if code is None or stop.is_set():
+            return child
+        if not refused(child.tail(60) or "") or time.monotonic() > end:
+            return child  # the caller reports the exit
+        child.stop(grace_s=1.0)  # and the SuperExec it started
+        (work / "supernode.log").rename(work / "supernode-refused.log")
+        log.info("the edge has not registered this SuperNode's key yet; starting it again")
+        stop.wait(1.0)
 
 
 def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
@@ -208,6 +246,9 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
     split_address(args.cloud, "--cloud")
     if args.insecure and (args.tls_ca or args.tls_cert or args.tls_key):
         raise UsageError("--insecure cannot be combined with --tls-* files")
+    if args.supernode_auth and not args.tls_ca:
+        raise UsageError("--supernode-auth needs --tls-ca: Flower authenticates SuperNodes "
+                         "only over TLS")
     name = args.name or f"{socket.gethostname()}-{os.getpid()}"
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="fedcure-client-")).resolve()
     work.mkdir(parents=True, exist_ok=True)
@@ -229,7 +270,13 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
         data_file = save_node_data(work / "node-data.npz", data)
         for stale in (work / "node-data.npz.applied.jsonl",):
             stale.unlink(missing_ok=True)
-        reg = register(assoc, args, name, data, home, stop)
+        public_key = ""
+        if args.supernode_auth:
+            from fedcure_app.supernode_auth import make_supernode_keys
+
+            args.supernode_key_file, public = make_supernode_keys(work / "supernode-keys")
+            public_key = public.read_text().strip()
+        reg = register(assoc, args, name, data, home, stop, public_key)
         if reg is None:
             return 0
         log.info("client %r is client %d of edge %d (edge address %s; %d clients, %d edges)",
@@ -240,11 +287,10 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
             "edge_id": reg.edge_id, "edge_address": reg.edge_address, "home_edge": home,
             "label_counts": data.label_counts.tolist()}))
         port = free_port()
-        supernode = Child("flower-supernode",
-                          supernode_argv(reg.edge_address, port, reg.client_id, args.cpufreq,
-                                         data_file, args),
-                          log_path=work / "supernode.log", env=flower_env(work / "flwr-home"),
-                          cwd=work)
+        supernode = start_supernode(
+            supernode_argv(reg.edge_address, port, reg.client_id, args.cpufreq, data_file,
+                           args),
+            work, flower_env(work / "flwr-home"), stop, args.supernode_auth)
         log.info("client %d: SuperNode (pid %d, runtime port %d) -> %s", reg.client_id,
                  supernode.pid, port, reg.edge_address)
         monitor = pb_grpc.MonitorStub(channel)

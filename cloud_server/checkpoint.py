@@ -191,7 +191,7 @@ def snapshot(service: "CloudService") -> tuple[dict[str, Any], dict[int, bytes |
         "clients": [
             {"name": c.name, "label_counts": c.label_counts.tolist(),
              "profile": c.profile.model_dump(mode="json"), "home_edge": c.home_edge,
-             "client_id": c.client_id, "edge_id": c.edge_id}
+             "client_id": c.client_id, "edge_id": c.edge_id, "supernode_key": c.supernode_key}
             for c in sorted(service.clients.values(), key=lambda c: c.client_id or 0)
         ],
         "assignment": np.asarray(service.assignment).tolist(),
@@ -249,7 +249,7 @@ def restore(service: "CloudService", state: dict[str, Any], models: dict[int, by
     clients = [
         _Client(c["name"], np.asarray(c["label_counts"], dtype=np.int64),
                 DeviceProfile(**c["profile"]), c["home_edge"], int(c["client_id"]),
-                int(c["edge_id"]))
+                int(c["edge_id"]), supernode_key=str(c.get("supernode_key", "")))
         for c in state["clients"]
     ]
     jsd = tuple(state["jsd"]) if state.get("jsd") else None

@@ -184,6 +184,8 @@ class _Client:
     home_edge: int | None
     client_id: int | None = None
     edge_id: int | None = None
+    #: the client's SuperNode public key (OpenSSH text) for SuperNode authentication; "" none
+    supernode_key: str = ""
 
 
 @dataclass
@@ -529,7 +531,16 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
                     grpc.StatusCode.INVALID_ARGUMENT,
                     f"client {name!r}: home_edge {home} outside [0, {self.num_edges})",
                 )
-        return _Client(name, counts, profile, home)
+        key = req.supernode_public_key.strip()
+        if key:
+            from fedcure_app.supernode_auth import check_supernode_key
+
+            try:
+                check_supernode_key(key)
+            except ValueError as err:
+                raise CloudError(grpc.StatusCode.INVALID_ARGUMENT,
+                                 f"client {name!r}: {err}") from None
+        return _Client(name, counts, profile, home, supernode_key=key)
 
     async def _register(self, req: pb.RegisterRequest, context: grpc.aio.ServicerContext
                         ) -> pb.RegisterReply:
@@ -555,6 +566,9 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
             known.label_counts, known.profile, known.home_edge = (
                 entry.label_counts, entry.profile, entry.home_edge)
         client = self.clients[entry.name]
+        if entry.supernode_key and entry.supernode_key != client.supernode_key:
+            # a restarted client may come with a new SuperNode key: its ES registers that one
+            client.supernode_key = entry.supernode_key
 
         # wait register_timeout_s, and at least until a little after the registration window
         # closes (formation may run then)
@@ -793,6 +807,25 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
                      t.dispatch.version, t.dispatch.t_hat_s)
             async with edge.cond:
                 edge.cond.notify_all()
+
+    # ================================================================== EdgeLink.Members
+    async def Members(self, request: pb.MembersRequest, context: grpc.aio.ServicerContext
+                      ) -> pb.MembersReply:
+        """The clients of ES ``edge_id`` with their SuperNode keys (none before formation)."""
+        try:
+            self._check_token(request.token)
+            m = int(request.edge_id)
+            if not 0 <= m < self.num_edges:
+                raise CloudError(grpc.StatusCode.INVALID_ARGUMENT,
+                                 f"edge_id {m} outside [0, {self.num_edges})")
+        except CloudError as err:
+            await self._abort(context, err)
+            raise  # unreachable: abort raises
+        members = [pb.Member(client_id=c.client_id, client_name=c.name,
+                             supernode_public_key=c.supernode_key)
+                   for c in sorted(self.clients.values(), key=lambda c: c.client_id or 0)
+                   if c.edge_id == m and c.client_id is not None]
+        return pb.MembersReply(members=members)
 
     # ================================================================== EdgeLink.Connect
     async def Connect(self, request: pb.ConnectRequest, context: grpc.aio.ServicerContext):

@@ -57,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     sec.add_argument("--cloud-cert", metavar="FILE",
                      help="client certificate for mutual TLS with the cloud")
     sec.add_argument("--cloud-key", metavar="FILE", help="its private key")
+    sec.add_argument("--supernode-auth", action="store_true",
+                     help="admit only the SuperNodes of the clients the cloud assigned here "
+                          "(Flower SuperNode authentication; needs TLS)")
     p.add_argument("--work-dir", metavar="DIR",
                    help="where the SuperLink's home, logs and the generated app go "
                         "(default: a fresh temporary folder)")
@@ -192,6 +195,9 @@ def run_edge(args: argparse.Namespace, stop: threading.Event) -> int:
     from fedcure_app.processes import check_bindable, split_address
 
     tls = _check_files(args)
+    if args.supernode_auth and tls is None:
+        raise UsageError("--supernode-auth needs TLS for the SuperLink (--tls-ca, --tls-cert, "
+                         "--tls-key): Flower authenticates SuperNodes only over TLS")
     split_address(args.cloud, "--cloud")
     host, port = split_address(args.listen, "--listen")
     if args.edge_id < 0:
@@ -226,7 +232,20 @@ def run_edge(args: argparse.Namespace, stop: threading.Event) -> int:
     local = f"127.0.0.1:{port}" if host in ("0.0.0.0", "::") else f"{host}:{port}"
     write_flwr_home(work / "flwr-home", local, tls)
     app_dir = write_app_dir(work / "app", edge_run_config(edge_file))
-    superlink = start_superlink(work, host, port, tls)
+    superlink = start_superlink(work, host, port, tls, supernode_auth=args.supernode_auth)
+    keys_stop = threading.Event()
+    if args.supernode_auth:
+        from edge_server.keys import KeyRegistrar
+        from edge_server.superlink import CONNECTION, _flower_bin
+        from fedcure_app.processes import flower_env
+
+        registrar = KeyRegistrar(channel, args.edge_id, args.token, keys_dir=work / "keys",
+                                 connection=CONNECTION, env=flower_env(work / "flwr-home"),
+                                 flwr_bin=_flower_bin("flwr"))
+        threading.Thread(target=registrar.run, args=(keys_stop,), name="supernode-keys",
+                         daemon=True).start()
+        log.info("edge %d: SuperNode authentication on: only the cloud's members may connect",
+                 args.edge_id)
     log.info("edge %d: SuperLink (pid %d) serves %s:%d; clients are told %s", args.edge_id,
              superlink.pid, host, port, advertise)
     tail = Tail(work / "serverapp.log", lambda line: print(f"[serverapp] {line}",
@@ -266,6 +285,7 @@ def run_edge(args: argparse.Namespace, stop: threading.Event) -> int:
         log.info("edge %d: stopping on request", args.edge_id)
         return 0
     finally:
+        keys_stop.set()
         superlink.stop(grace_s=5.0)
         tail.pump()
         channel.close()

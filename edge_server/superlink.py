@@ -80,8 +80,10 @@ def edge_run_config(edge_file: Path) -> dict[str, Any]:
     return rc
 
 
-def superlink_argv(host: str, port: int, tls: TLSFiles | None) -> list[str]:
-    """``flower-superlink`` on ``host:port``; legacy gRPC servers on free loopback ports."""
+def superlink_argv(host: str, port: int, tls: TLSFiles | None,
+                   supernode_auth: bool = False) -> list[str]:
+    """``flower-superlink`` on ``host:port``; legacy gRPC servers on free loopback ports;
+    ``supernode_auth``: only registered SuperNodes may connect (needs ``tls``)."""
     fleet, control = free_ports(2)
     argv = ["flower-superlink", "--host", host, "--port", str(port),
             "--fleet-api-address", f"127.0.0.1:{fleet}",
@@ -92,6 +94,10 @@ def superlink_argv(host: str, port: int, tls: TLSFiles | None) -> list[str]:
     else:
         argv += ["--ssl-certfile", tls.cert, "--ssl-keyfile", tls.key,
                  "--ssl-ca-certfile", tls.ca]
+    if supernode_auth:
+        if tls is None:
+            raise SuperLinkError("SuperNode authentication needs TLS")
+        argv.append("--enable-supernode-auth")
     return argv
 
 
@@ -102,10 +108,10 @@ def _flower_bin(name: str) -> str:
 
 
 def start_superlink(work: Path, host: str, port: int, tls: TLSFiles | None,
-                    timeout_s: float = 60.0) -> Child:
+                    timeout_s: float = 60.0, supernode_auth: bool = False) -> Child:
     """Start the SuperLink (log in ``work/superlink.log``) and wait until it accepts
     connections; :class:`SuperLinkError` when it dies or does not come up."""
-    argv = superlink_argv(host, port, tls)
+    argv = superlink_argv(host, port, tls, supernode_auth)
     argv[0] = _flower_bin(argv[0])
     child = Child("flower-superlink", argv, log_path=work / "superlink.log",
                   env=flower_env(work / "flwr-home"), cwd=work)

@@ -80,6 +80,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="shared secret for every role (default $FEDCURE_TOKEN)")
     p.add_argument("--tls-dir", help="folder from `fedcure certs` (ca.crt, server.crt/key): "
                    "TLS everywhere instead of plaintext")
+    p.add_argument("--supernode-auth", action="store_true",
+                   help="edges admit only the SuperNodes of their assigned clients (Flower "
+                        "SuperNode authentication; needs --tls-dir)")
     p.add_argument("--timeout", type=float, default=0.0,
                    help="stop everything after this many seconds (0: no limit)")
     p.add_argument("--register-timeout", type=float, default=300.0,
@@ -161,6 +164,10 @@ def start_roles(cfg: FedCureConfig, args: argparse.Namespace, out: Path, roles: 
                GRPC_VERBOSITY=os.environ.get("GRPC_VERBOSITY", "NONE"))
     py = sys.executable
     token = ["--token", args.token] if args.token else []
+    auth = ["--supernode-auth"] if getattr(args, "supernode_auth", False) else []
+    if auth and not args.tls_dir:
+        raise ValueError("--supernode-auth needs --tls-dir (Flower authenticates SuperNodes "
+                         "only over TLS); make one with `fedcure certs`")
     m, n = cfg.federation.num_edges, cfg.federation.num_clients
     cloud_port = free_port()
     cloud_addr = f"127.0.0.1:{cloud_port}"
@@ -175,7 +182,8 @@ def start_roles(cfg: FedCureConfig, args: argparse.Namespace, out: Path, roles: 
     for e, port in enumerate(free_ports(m)):
         argv = [py, "-m", "edge_server.cli", "--cloud", cloud_addr, "--edge-id", str(e),
                 "--listen", f"127.0.0.1:{port}", "--work-dir", str(work / f"edge{e}"),
-                "--edge-timeout", str(getattr(args, "edge_timeout", 0.0)), *token, *_security_flags(args.tls_dir, "edge")]
+                "--edge-timeout", str(getattr(args, "edge_timeout", 0.0)), *token,
+                *_security_flags(args.tls_dir, "edge"), *auth]
         child = Child(f"edge{e}", argv, log_path=logs / f"edge{e}.log", env=env)
         roles.edges.append(child)
         record["edges"][e] = f"127.0.0.1:{port}"
@@ -184,7 +192,7 @@ def start_roles(cfg: FedCureConfig, args: argparse.Namespace, out: Path, roles: 
         argv = [py, "-m", "client.cli", "--cloud", cloud_addr, "--name", f"client-{i}",
                 "--partition-id", str(i), "--num-partitions", str(n), "--cpufreq", args.cpufreq,
                 "--work-dir", str(work / f"client{i}"), *token,
-                *_security_flags(args.tls_dir, "client")]
+                *_security_flags(args.tls_dir, "client"), *auth]
         child = Child(f"client{i}", argv, log_path=logs / f"client{i}.log", env=env)
         roles.clients.append(child)
         record["pids"][f"client{i}"] = child.pid

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n fedcure_app/protocol/cloud.proto\x12\nfedcure.v1\"\xa1\x02\n\rDeviceProfile\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tf_min_ghz\x18\x02 \x01(\x01\x12\x11\n\tf_max_ghz\x18\x03 \x01(\x01\x12I\n\x11\x63ycles_per_sample\x18\x04 \x03(\x0b\x32..fedcure.v1.DeviceProfile.CyclesPerSampleEntry\x12\x13\n\x0buplink_mbps\x18\x05 \x01(\x01\x12\x15\n\rdownlink_mbps\x18\x06 \x01(\x01\x12\r\n\x05kappa\x18\x07 \x01(\x01\x12\x13\n\x06jitter\x18\x08 \x01(\x01H\x00\x88\x01\x01\x1a\x36\n\x14\x43yclesPerSampleEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x42\t\n\x07_jitter\"\x9c\x01\n\x0fRegisterRequest\x12\x13\n\x0b\x63lient_name\x18\x01 \x01(\t\x12\x14\n\x0clabel_counts\x18\x02 \x03(\x03\x12)\n\x06\x64\x65vice\x18\x03 \x01(\x0b\x32\x19.fedcure.v1.DeviceProfile\x12\x16\n\thome_edge\x18\x04 \x01(\x05H\x00\x88\x01\x01\x12\r\n\x05token\x18\x05 \x01(\tB\x0c\n\n_home_edge\"q\n\rRegisterReply\x12\x11\n\tclient_id\x18\x01 \x01(\x05\x12\x0f\n\x07\x65\x64ge_id\x18\x02 \x01(\x05\x12\x14\n\x0c\x65\x64ge_address\x18\x03 \x01(\t\x12\x13\n\x0bnum_clients\x18\x04 \x01(\x05\x12\x11\n\tnum_edges\x18\x05 \x01(\x05\"^\n\x0c\x43laimRequest\x12\x13\n\x0b\x63lient_name\x18\x01 \x01(\t\x12\x19\n\x0cpartition_id\x18\x02 \x01(\x05H\x00\x88\x01\x01\x12\r\n\x05token\x18\x03 \x01(\tB\x0f\n\r_partition_id\"O\n\nClaimReply\x12\x14\n\x0cpartition_id\x18\x01 \x01(\x05\x12\x16\n\x0enum_partitions\x18\x02 \x01(\x05\x12\x13\n\x0b\x63onfig_json\x18\x03 \x01(\t\"A\n\x0e\x43onnectRequest\x12\x0f\n\x07\x65\x64ge_id\x18\x01 \x01(\x05\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\r\n\x05token\x18\x03 \x01(\t\"\xc6\x02\n\x04Task\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x11\n\tcoalition\x18\x02 \x01(\x05\x12\x0f\n\x07version\x18\x03 \x01(\x03\x12\r\n\x05model\x18\x04 \x01(\x0c\x12\r\n\x05tau_e\x18\x05 \x01(\x05\x12\r\n\x05tau_c\x18\x06 \x01(\x05\x12\n\n\x02lr\x18\x07 \x01(\x01\x12\x12\n\nbatch_size\x18\x08 \x01(\x05\x12\x12\n\nclient_ids\x18\t \x03(\x05\x12=\n\x0f\x66requencies_ghz\x18\n \x03(\x0b\x32$.fedcure.v1.Task.FrequenciesGhzEntry\x12\x0c\n\x04seed\x18\x0b \x01(\x04\x12\r\n\x05round\x18\x0c \x01(\x03\x12\x15\n\rt_hat_round_s\x18\r \x01(\x01\x1a\x35\n\x13\x46requenciesGhzEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"z\n\nClientStat\x12\x11\n\tclient_id\x18\x01 \x01(\x05\x12\x12\n\nedge_round\x18\x02 \x01(\x05\x12\x0f\n\x07samples\x18\x03 \x01(\x03\x12\x0f\n\x07seconds\x18\x04 \x01(\x01\x12\x15\n\rf_applied_ghz\x18\x05 \x01(\x01\x12\x0c\n\x04loss\x18\x06 \x01(\x01\"\xba\x01\n\rSubmitRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0f\n\x07\x65\x64ge_id\x18\x02 \x01(\x05\x12\r\n\x05model\x18\x03 \x01(\x0c\x12\x13\n\x0bnum_samples\x18\x04 \x01(\x03\x12%\n\x05stats\x18\x05 \x03(\x0b\x32\x16.fedcure.v1.ClientStat\x12\x1a\n\x12\x64ropped_client_ids\x18\x06 \x03(\x05\x12\x11\n\tlatency_s\x18\x07 \x01(\x01\x12\r\n\x05token\x18\x08 \x01(\t\"@\n\x0bSubmitReply\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\"\x0f\n\rStatusRequest\"\xb0\x02\n\x0bStatusReply\x12,\n\x05phase\x18\x01 \x01(\x0e\x32\x1d.fedcure.v1.StatusReply.Phase\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12\r\n\x05round\x18\x03 \x01(\x03\x12\x15\n\rglobal_rounds\x18\x04 \x01(\x03\x12\x1a\n\x12\x63lients_registered\x18\x05 \x01(\x05\x12\x18\n\x10\x65xpected_clients\x18\x06 \x01(\x05\x12\x17\n\x0f\x65\x64ges_connected\x18\x07 \x01(\x05\x12\x11\n\tnum_edges\x18\x08 \x01(\x05\x12\x11\n\tin_flight\x18\t \x03(\x05\"G\n\x05Phase\x12\x15\n\x11PHASE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bREGISTERING\x10\x01\x12\x0c\n\x08TRAINING\x10\x02\x12\x08\n\x04\x44ONE\x10\x03\x32\x8c\x01\n\x0b\x41ssociation\x12\x42\n\x08Register\x12\x1b.fedcure.v1.RegisterRequest\x1a\x19.fedcure.v1.RegisterReply\x12\x39\n\x05\x43laim\x12\x18.fedcure.v1.ClaimRequest\x1a\x16.fedcure.v1.ClaimReply2\x83\x01\n\x08\x45\x64geLink\x12\x39\n\x07\x43onnect\x12\x1a.fedcure.v1.ConnectRequest\x1a\x10.fedcure.v1.Task0\x01\x12<\n\x06Submit\x12\x19.fedcure.v1.SubmitRequest\x1a\x17.fedcure.v1.SubmitReply2G\n\x07Monitor\x12<\n\x06Status\x12\x19.fedcure.v1.StatusRequest\x1a\x17.fedcure.v1.StatusReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n fedcure_app/protocol/cloud.proto\x12\nfedcure.v1\"\xa1\x02\n\rDeviceProfile\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tf_min_ghz\x18\x02 \x01(\x01\x12\x11\n\tf_max_ghz\x18\x03 \x01(\x01\x12I\n\x11\x63ycles_per_sample\x18\x04 \x03(\x0b\x32..fedcure.v1.DeviceProfile.CyclesPerSampleEntry\x12\x13\n\x0buplink_mbps\x18\x05 \x01(\x01\x12\x15\n\rdownlink_mbps\x18\x06 \x01(\x01\x12\r\n\x05kappa\x18\x07 \x01(\x01\x12\x13\n\x06jitter\x18\x08 \x01(\x01H\x00\x88\x01\x01\x1a\x36\n\x14\x43yclesPerSampleEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x42\t\n\x07_jitter\"\xba\x01\n\x0fRegisterRequest\x12\x13\n\x0b\x63lient_name\x18\x01 \x01(\t\x12\x14\n\x0clabel_counts\x18\x02 \x03(\x03\x12)\n\x06\x64\x65vice\x18\x03 \x01(\x0b\x32\x19.fedcure.v1.DeviceProfile\x12\x16\n\thome_edge\x18\x04 \x01(\x05H\x00\x88\x01\x01\x12\r\n\x05token\x18\x05 \x01(\t\x12\x1c\n\x14supernode_public_key\x18\x06 \x01(\tB\x0c\n\n_home_edge\"q\n\rRegisterReply\x12\x11\n\tclient_id\x18\x01 \x01(\x05\x12\x0f\n\x07\x65\x64ge_id\x18\x02 \x01(\x05\x12\x14\n\x0c\x65\x64ge_address\x18\x03 \x01(\t\x12\x13\n\x0bnum_clients\x18\x04 \x01(\x05\x12\x11\n\tnum_edges\x18\x05 \x01(\x05\"^\n\x0c\x43laimRequest\x12\x13\n\x0b\x63lient_name\x18\x01 \x01(\t\x12\x19\n\x0cpartition_id\x18\x02 \x01(\x05H\x00\x88\x01\x01\x12\r\n\x05token\x18\x03 \x01(\tB\x0f\n\r_partition_id\"O\n\nClaimReply\x12\x14\n\x0cpartition_id\x18\x01 \x01(\x05\x12\x16\n\x0enum_partitions\x18\x02 \x01(\x05\x12\x13\n\x0b\x63onfig_json\x18\x03 \x01(\t\"A\n\x0e\x43onnectRequest\x12\x0f\n\x07\x65\x64ge_id\x18\x01 \x01(\x05\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\r\n\x05token\x18\x03 \x01(\t\"\xc6\x02\n\x04Task\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x11\n\tcoalition\x18\x02 \x01(\x05\x12\x0f\n\x07version\x18\x03 \x01(\x03\x12\r\n\x05model\x18\x04 \x01(\x0c\x12\r\n\x05tau_e\x18\x05 \x01(\x05\x12\r\n\x05tau_c\x18\x06 \x01(\x05\x12\n\n\x02lr\x18\x07 \x01(\x01\x12\x12\n\nbatch_size\x18\x08 \x01(\x05\x12\x12\n\nclient_ids\x18\t \x03(\x05\x12=\n\x0f\x66requencies_ghz\x18\n \x03(\x0b\x32$.fedcure.v1.Task.FrequenciesGhzEntry\x12\x0c\n\x04seed\x18\x0b \x01(\x04\x12\r\n\x05round\x18\x0c \x01(\x03\x12\x15\n\rt_hat_round_s\x18\r \x01(\x01\x1a\x35\n\x13\x46requenciesGhzEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"z\n\nClientStat\x12\x11\n\tclient_id\x18\x01 \x01(\x05\x12\x12\n\nedge_round\x18\x02 \x01(\x05\x12\x0f\n\x07samples\x18\x03 \x01(\x03\x12\x0f\n\x07seconds\x18\x04 \x01(\x01\x12\x15\n\rf_applied_ghz\x18\x05 \x01(\x01\x12\x0c\n\x04loss\x18\x06 \x01(\x01\"\xba\x01\n\rSubmitRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0f\n\x07\x65\x64ge_id\x18\x02 \x01(\x05\x12\r\n\x05model\x18\x03 \x01(\x0c\x12\x13\n\x0bnum_samples\x18\x04 \x01(\x03\x12%\n\x05stats\x18\x05 \x03(\x0b\x32\x16.fedcure.v1.ClientStat\x12\x1a\n\x12\x64ropped_client_ids\x18\x06 \x03(\x05\x12\x11\n\tlatency_s\x18\x07 \x01(\x01\x12\r\n\x05token\x18\x08 \x01(\t\"@\n\x0bSubmitReply\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\"0\n\x0eMembersRequest\x12\x0f\n\x07\x65\x64ge_id\x18\x01 \x01(\x05\x12\r\n\x05token\x18\x02 \x01(\t\"N\n\x06Member\x12\x11\n\tclient_id\x18\x01 \x01(\x05\x12\x13\n\x0b\x63lient_name\x18\x02 \x01(\t\x12\x1c\n\x14supernode_public_key\x18\x03 \x01(\t\"3\n\x0cMembersReply\x12#\n\x07members\x18\x01 \x03(\x0b\x32\x12.fedcure.v1.Member\"\x0f\n\rStatusRequest\"\xb0\x02\n\x0bStatusReply\x12,\n\x05phase\x18\x01 \x01(\x0e\x32\x1d.fedcure.v1.StatusReply.Phase\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12\r\n\x05round\x18\x03 \x01(\x03\x12\x15\n\rglobal_rounds\x18\x04 \x01(\x03\x12\x1a\n\x12\x63lients_registered\x18\x05 \x01(\x05\x12\x18\n\x10\x65xpected_clients\x18\x06 \x01(\x05\x12\x17\n\x0f\x65\x64ges_connected\x18\x07 \x01(\x05\x12\x11\n\tnum_edges\x18\x08 \x01(\x05\x12\x11\n\tin_flight\x18\t \x03(\x05\"G\n\x05Phase\x12\x15\n\x11PHASE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bREGISTERING\x10\x01\x12\x0c\n\x08TRAINING\x10\x02\x12\x08\n\x04\x44ONE\x10\x03\x32\x8c\x01\n\x0b\x41ssociation\x12\x42\n\x08Register\x12\x1b.fedcure.v1.RegisterRequest\x1a\x19.fedcure.v1.RegisterReply\x12\x39\n\x05\x43laim\x12\x18.fedcure.v1.ClaimRequest\x1a\x16.fedcure.v1.ClaimReply2\xc4\x01\n\x08\x45\x64geLink\x12\x39\n\x07\x43onnect\x12\x1a.fedcure.v1.ConnectRequest\x1a\x10.fedcure.v1.Task0\x01\x12<\n\x06Submit\x12\x19.fedcure.v1.SubmitRequest\x1a\x17.fedcure.v1.SubmitReply\x12?\n\x07Members\x12\x1a.fedcure.v1.MembersRequest\x1a\x18.fedcure.v1.MembersReply2G\n\x07Monitor\x12<\n\x06Status\x12\x19.fedcure.v1.StatusRequest\x1a\x17.fedcure.v1.StatusReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,35 +40,41 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_DEVICEPROFILE_CYCLESPERSAMPLEENTRY']._serialized_start=273
   _globals['_DEVICEPROFILE_CYCLESPERSAMPLEENTRY']._serialized_end=327
   _globals['_REGISTERREQUEST']._serialized_start=341
-  _globals['_REGISTERREQUEST']._serialized_end=497
-  _globals['_REGISTERREPLY']._serialized_start=499
-  _globals['_REGISTERREPLY']._serialized_end=612
-  _globals['_CLAIMREQUEST']._serialized_start=614
-  _globals['_CLAIMREQUEST']._serialized_end=708
-  _globals['_CLAIMREPLY']._serialized_start=710
-  _globals['_CLAIMREPLY']._serialized_end=789
-  _globals['_CONNECTREQUEST']._serialized_start=791
-  _globals['_CONNECTREQUEST']._serialized_end=856
-  _globals['_TASK']._serialized_start=859
-  _globals['_TASK']._serialized_end=1185
-  _globals['_TASK_FREQUENCIESGHZENTRY']._serialized_start=1132
-  _globals['_TASK_FREQUENCIESGHZENTRY']._serialized_end=1185
-  _globals['_CLIENTSTAT']._serialized_start=1187
-  _globals['_CLIENTSTAT']._serialized_end=1309
-  _globals['_SUBMITREQUEST']._serialized_start=1312
-  _globals['_SUBMITREQUEST']._serialized_end=1498
-  _globals['_SUBMITREPLY']._serialized_start=1500
-  _globals['_SUBMITREPLY']._serialized_end=1564
-  _globals['_STATUSREQUEST']._serialized_start=1566
-  _globals['_STATUSREQUEST']._serialized_end=1581
-  _globals['_STATUSREPLY']._serialized_start=1584
-  _globals['_STATUSREPLY']._serialized_end=1888
-  _globals['_STATUSREPLY_PHASE']._serialized_start=1817
-  _globals['_STATUSREPLY_PHASE']._serialized_end=1888
-  _globals['_ASSOCIATION']._serialized_start=1891
-  _globals['_ASSOCIATION']._serialized_end=2031
-  _globals['_EDGELINK']._serialized_start=2034
-  _globals['_EDGELINK']._serialized_end=2165
-  _globals['_MONITOR']._serialized_start=2167
-  _globals['_MONITOR']._serialized_end=2238
+  _globals['_REGISTERREQUEST']._serialized_end=527
+  _globals['_REGISTERREPLY']._serialized_start=529
+  _globals['_REGISTERREPLY']._serialized_end=642
+  _globals['_CLAIMREQUEST']._serialized_start=644
+  _globals['_CLAIMREQUEST']._serialized_end=738
+  _globals['_CLAIMREPLY']._serialized_start=740
+  _globals['_CLAIMREPLY']._serialized_end=819
+  _globals['_CONNECTREQUEST']._serialized_start=821
+  _globals['_CONNECTREQUEST']._serialized_end=886
+  _globals['_TASK']._serialized_start=889
+  _globals['_TASK']._serialized_end=1215
+  _globals['_TASK_FREQUENCIESGHZENTRY']._serialized_start=1162
+  _globals['_TASK_FREQUENCIESGHZENTRY']._serialized_end=1215
+  _globals['_CLIENTSTAT']._serialized_start=1217
+  _globals['_CLIENTSTAT']._serialized_end=1339
+  _globals['_SUBMITREQUEST']._serialized_start=1342
+  _globals['_SUBMITREQUEST']._serialized_end=1528
+  _globals['_SUBMITREPLY']._serialized_start=1530
+  _globals['_SUBMITREPLY']._serialized_end=1594
+  _globals['_MEMBERSREQUEST']._serialized_start=1596
+  _globals['_MEMBERSREQUEST']._serialized_end=1644
+  _globals['_MEMBER']._serialized_start=1646
+  _globals['_MEMBER']._serialized_end=1724
+  _globals['_MEMBERSREPLY']._serialized_start=1726
+  _globals['_MEMBERSREPLY']._serialized_end=1777
+  _globals['_STATUSREQUEST']._serialized_start=1779
+  _globals['_STATUSREQUEST']._serialized_end=1794
+  _globals['_STATUSREPLY']._serialized_start=1797
+  _globals['_STATUSREPLY']._serialized_end=2101
+  _globals['_STATUSREPLY_PHASE']._serialized_start=2030
+  _globals['_STATUSREPLY_PHASE']._serialized_end=2101
+  _globals['_ASSOCIATION']._serialized_start=2104
+  _globals['_ASSOCIATION']._serialized_end=2244
+  _globals['_EDGELINK']._serialized_start=2247
+  _globals['_EDGELINK']._serialized_end=2443
+  _globals['_MONITOR']._serialized_start=2445
+  _globals['_MONITOR']._serialized_end=2516
 # @@protoc_insertion_point(module_scope)

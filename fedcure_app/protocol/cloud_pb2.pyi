@@ -35,18 +35,20 @@ class DeviceProfile(_message.Message):
     def __init__(self, name: _Optional[str] = ..., f_min_ghz: _Optional[float] = ..., f_max_ghz: _Optional[float] = ..., cycles_per_sample: _Optional[_Mapping[str, float]] = ..., uplink_mbps: _Optional[float] = ..., downlink_mbps: _Optional[float] = ..., kappa: _Optional[float] = ..., jitter: _Optional[float] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
-    __slots__ = ("client_name", "label_counts", "device", "home_edge", "token")
+    __slots__ = ("client_name", "label_counts", "device", "home_edge", "token", "supernode_public_key")
     CLIENT_NAME_FIELD_NUMBER: _ClassVar[int]
     LABEL_COUNTS_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
     HOME_EDGE_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SUPERNODE_PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
     client_name: str
     label_counts: _containers.RepeatedScalarFieldContainer[int]
     device: DeviceProfile
     home_edge: int
     token: str
-    def __init__(self, client_name: _Optional[str] = ..., label_counts: _Optional[_Iterable[int]] = ..., device: _Optional[_Union[DeviceProfile, _Mapping]] = ..., home_edge: _Optional[int] = ..., token: _Optional[str] = ...) -> None: ...
+    supernode_public_key: str
+    def __init__(self, client_name: _Optional[str] = ..., label_counts: _Optional[_Iterable[int]] = ..., device: _Optional[_Union[DeviceProfile, _Mapping]] = ..., home_edge: _Optional[int] = ..., token: _Optional[str] = ..., supernode_public_key: _Optional[str] = ...) -> None: ...
 
 class RegisterReply(_message.Message):
     __slots__ = ("client_id", "edge_id", "edge_address", "num_clients", "num_edges")
@@ -174,6 +176,30 @@ class SubmitReply(_message.Message):
     version: int
     detail: str
     def __init__(self, accepted: _Optional[bool] = ..., version: _Optional[int] = ..., detail: _Optional[str] = ...) -> None: ...
+
+class MembersRequest(_message.Message):
+    __slots__ = ("edge_id", "token")
+    EDGE_ID_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    edge_id: int
+    token: str
+    def __init__(self, edge_id: _Optional[int] = ..., token: _Optional[str] = ...) -> None: ...
+
+class Member(_message.Message):
+    __slots__ = ("client_id", "client_name", "supernode_public_key")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_NAME_FIELD_NUMBER: _ClassVar[int]
+    SUPERNODE_PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
+    client_id: int
+    client_name: str
+    supernode_public_key: str
+    def __init__(self, client_id: _Optional[int] = ..., client_name: _Optional[str] = ..., supernode_public_key: _Optional[str] = ...) -> None: ...
+
+class MembersReply(_message.Message):
+    __slots__ = ("members",)
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    members: _containers.RepeatedCompositeFieldContainer[Member]
+    def __init__(self, members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ...) -> None: ...
 
 class StatusRequest(_message.Message):
     __slots__ = ()

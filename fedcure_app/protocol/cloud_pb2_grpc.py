@@ -173,6 +173,11 @@ class EdgeLinkStub:
                 request_serializer=fedcure__app_dot_protocol_dot_cloud__pb2.SubmitRequest.SerializeToString,
                 response_deserializer=fedcure__app_dot_protocol_dot_cloud__pb2.SubmitReply.FromString,
                 _registered_method=True)
+        self.Members = channel.unary_unary(
+                '/fedcure.v1.EdgeLink/Members',
+                request_serializer=fedcure__app_dot_protocol_dot_cloud__pb2.MembersRequest.SerializeToString,
+                response_deserializer=fedcure__app_dot_protocol_dot_cloud__pb2.MembersReply.FromString,
+                _registered_method=True)
 
 
 class EdgeLinkServicer:
@@ -195,6 +200,12 @@ class EdgeLinkServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Members(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_EdgeLinkServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -207,6 +218,11 @@ def add_EdgeLinkServicer_to_server(servicer, server):
                     servicer.Submit,
                     request_deserializer=fedcure__app_dot_protocol_dot_cloud__pb2.SubmitRequest.FromString,
                     response_serializer=fedcure__app_dot_protocol_dot_cloud__pb2.SubmitReply.SerializeToString,
+            ),
+            'Members': grpc.unary_unary_rpc_method_handler(
+                    servicer.Members,
+                    request_deserializer=fedcure__app_dot_protocol_dot_cloud__pb2.MembersRequest.FromString,
+                    response_serializer=fedcure__app_dot_protocol_dot_cloud__pb2.MembersReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -268,6 +284,33 @@ class EdgeLink:
             '/fedcure.v1.EdgeLink/Submit',
             fedcure__app_dot_protocol_dot_cloud__pb2.SubmitRequest.SerializeToString,
             fedcure__app_dot_protocol_dot_cloud__pb2.SubmitReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Members(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fedcure.v1.EdgeLink/Members',
+            fedcure__app_dot_protocol_dot_cloud__pb2.MembersRequest.SerializeToString,
+            fedcure__app_dot_protocol_dot_cloud__pb2.MembersReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -443,6 +443,11 @@ def edge_link_handler(servicer: Any) -> Any:
             request_deserializer=parse_submit,
             response_serializer=pb.SubmitReply.SerializeToString,
         ),
+        "Members": grpc.unary_unary_rpc_method_handler(
+            servicer.Members,
+            request_deserializer=pb.MembersRequest.FromString,
+            response_serializer=pb.MembersReply.SerializeToString,
+        ),
     })
 
 

@@ -1,8 +1,8 @@
 """A client dies mid edge round (kill -9 of the client and its Flower SuperNode, real processes
-on loopback): its edge server finishes the round with the clients that answered within
-``--edge-timeout`` (FedAvg weights renormalised over them), reports the drop-out to the cloud,
-the run goes on, and the client, started again, rejoins its coalition and trains in later
-tasks."""
+on loopback): its edge server finishes the round with the clients that answered (Flower reports
+the dead SuperNode once its heartbeat lapses; ``--edge-timeout`` bounds a hung one), with the
+FedAvg weights renormalised over them, reports the drop-out to the cloud, the run goes on, and
+the client, started again, rejoins its coalition and trains in later tasks."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def _launch_args(out: Path) -> argparse.Namespace:
     return parser.parse_args([
         "launch", "--edges", "1", "--clients", "3", "--rounds", str(ROUNDS),
         "--dataset", "digits", "--partition", "iid", "--tau-e", str(TAU_E), "--tau-c", "10",
-        "--lr", "0.1", "--eval-every", "1", "--edge-timeout", "15", "--no-progress",
+        "--lr", "0.1", "--eval-every", "1", "--edge-timeout", "60", "--no-progress",
         "--out", str(out)])
 
 
@@ -81,7 +81,7 @@ def test_a_client_killed_mid_edge_round_is_dropped_and_rejoins(tmp_path: Path):
         first_task = read_applied(data_file)[0]["task"]
         killed = _kill9(victim)
         # the task finishes without it once the edge timeout passes
-        _wait("the cloud's first arrival", lambda: rounds_done() >= 1, 180, roles)
+        _wait("the cloud's first arrival", lambda: rounds_done() >= 1, 300, roles)
         env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1",
                    GRPC_VERBOSITY="NONE")
         again = Child(f"client{VICTIM}-again", victim.argv,
@@ -99,8 +99,9 @@ def test_a_client_killed_mid_edge_round_is_dropped_and_rejoins(tmp_path: Path):
     assert [r["round"] for r in records] == list(range(1, ROUNDS + 1))
     first = next(r for r in records if r["task_id"] == first_task)
     assert VICTIM in first["dropped"], first
-    # the others' work in that task was kept and aggregated
-    assert first["num_samples"] > 0 and first["xi"] > 0
+    # the others' work in that task was kept and aggregated (weights renormalised over them:
+    # tests/simulation/test_edge.py pins the arithmetic down)
+    assert first["xi"] > 0 and first["energy_j"] > 0 and first["accuracy"] is not None
     # after its restart the victim trained again in later tasks of its coalition
     rejoined = [a for a in read_applied(data_file) if a["task"] != first_task]
     later = {r["task_id"] for r in records if r["round"] > first["round"]
