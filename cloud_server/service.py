@@ -431,6 +431,14 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
         if not token_ok(self.token, token):
             raise CloudError(grpc.StatusCode.UNAUTHENTICATED, "wrong or missing token")
 
+    def _edge_index(self, edge_id: int) -> int:
+        """A requested edge id, checked against the configured ESs."""
+        m = int(edge_id)
+        if not 0 <= m < self.num_edges:
+            raise CloudError(grpc.StatusCode.INVALID_ARGUMENT,
+                             f"edge_id {m} outside [0, {self.num_edges})")
+        return m
+
     def _spawn(self, coro: Any) -> None:
         t = asyncio.ensure_future(coro)
         self._background.add(t)
@@ -814,10 +822,7 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
         """The clients of ES ``edge_id`` with their SuperNode keys (none before formation)."""
         try:
             self._check_token(request.token)
-            m = int(request.edge_id)
-            if not 0 <= m < self.num_edges:
-                raise CloudError(grpc.StatusCode.INVALID_ARGUMENT,
-                                 f"edge_id {m} outside [0, {self.num_edges})")
+            m = self._edge_index(request.edge_id)
         except CloudError as err:
             await self._abort(context, err)
             raise  # unreachable: abort raises
@@ -831,10 +836,7 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
     async def Connect(self, request: pb.ConnectRequest, context: grpc.aio.ServicerContext):
         try:
             self._check_token(request.token)
-            m = int(request.edge_id)
-            if not 0 <= m < self.num_edges:
-                raise CloudError(grpc.StatusCode.INVALID_ARGUMENT,
-                                 f"edge_id {m} outside [0, {self.num_edges})")
+            m = self._edge_index(request.edge_id)
             if not request.address.strip():
                 raise CloudError(grpc.StatusCode.INVALID_ARGUMENT,
                                  f"edge {m}: empty address (its SuperLink fleet address)")
