@@ -14,12 +14,15 @@ full run config: the ServerApp and every node see exactly that config, as under 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from fedcure_app.app_config import default_run_config
+
+log = logging.getLogger(__name__)
 
 
 def full_run_config(overrides: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -67,6 +70,22 @@ def _offline_defaults() -> None:
         telemetry.FLWR_TELEMETRY_ENABLED = "0"
 
 
+def _root_cause(err: BaseException) -> BaseException:
+    while err.__cause__ is not None:
+        err = err.__cause__
+    return err
+
+
+def ray_failed_to_start(err: BaseException) -> bool:
+    """Whether a Simulation Runtime error comes from Ray's node start-up timing out."""
+    seen: BaseException | None = err
+    while seen is not None:
+        if "timed out during startup" in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def run_flower_simulation(
     overrides: dict[str, Any] | None = None,
     *,
@@ -106,22 +125,31 @@ def run_flower_simulation(
     result_path = out / "result.json"
     if result_path.exists():
         result_path.unlink()
-    with tempfile.TemporaryDirectory(prefix="fedcure-app-") as app_dir:
-        _write_app_dir(Path(app_dir), rc)
-        context = Context(run_id=0, node_id=0, node_config={}, state=RecordDict(),
-                          run_config=dict(rc))
-        _run_simulation(
-            num_supernodes=n,
-            exit_event=EventType.PYTHON_API_RUN_SIMULATION_LEAVE,
-            client_app=client_app,
-            server_app=server_app,
-            backend_name="ray",
-            backend_config=backend_config,
-            server_app_context=context,
-            app_dir=app_dir,
-            is_app=True,
-            verbose_logging=verbose,
-        )
+    for attempt in (1, 2):
+        try:
+            with tempfile.TemporaryDirectory(prefix="fedcure-app-") as app_dir:
+                _write_app_dir(Path(app_dir), rc)
+                context = Context(run_id=0, node_id=0, node_config={}, state=RecordDict(),
+                                  run_config=dict(rc))
+                _run_simulation(
+                    num_supernodes=n,
+                    exit_event=EventType.PYTHON_API_RUN_SIMULATION_LEAVE,
+                    client_app=client_app,
+                    server_app=server_app,
+                    backend_name="ray",
+                    backend_config=backend_config,
+                    server_app_context=context,
+                    app_dir=app_dir,
+                    is_app=True,
+                    verbose_logging=verbose,
+                )
+            break
+        except RuntimeError as err:
+            if attempt == 2 or not ray_failed_to_start(err):
+                raise
+            # Ray gives its raylet a fixed 30 s to register; a loaded host can miss that
+            log.warning("Ray did not start (%s); starting the simulation once more",
+                        _root_cause(err))
     if not result_path.is_file():
         raise RuntimeError(f"the ServerApp wrote no {result_path}; see the log above")
     return json.loads(result_path.read_text())

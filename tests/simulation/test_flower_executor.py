@@ -197,3 +197,21 @@ def test_end_to_end_on_the_simulation_runtime_matches_the_inprocess_run(flower_r
     assert res["coalitions"] == ref["coalitions"]
     assert res["participation"]["rounds"] == ref["participation"]["rounds"]
     assert abs(res["final_accuracy"] - ref["final_accuracy"]) <= 0.01
+
+
+def test_only_a_ray_start_up_timeout_is_retried():
+    from fedcure_app.simulation.flower_run import ray_failed_to_start
+
+    def chain(*messages: str) -> BaseException:
+        err: BaseException | None = None
+        for m in messages:
+            try:
+                raise RuntimeError(m) from err
+            except RuntimeError as new:
+                err = new
+        assert err is not None
+        return err
+
+    assert ray_failed_to_start(chain("The current node timed out during startup. This could",
+                                     "Simulation Runtime crashed.", "Ending simulation."))
+    assert not ray_failed_to_start(chain("ClientApp raised ValueError", "Ending simulation."))
