@@ -71,6 +71,10 @@ GRPC_OPTIONS: list[tuple[str, Any]] = [
 
 FORMAT_NAME = "fedcure-arrays/1"
 _MAX_HEADER = 100 * 1024 * 1024
+#: most dimensions one tensor may have (numpy's own limit is 64)
+MAX_NDIM = 32
+#: largest size of one dimension (2**40: far beyond any model, far below numpy's limit)
+MAX_DIM = 2**40
 _LITTLE = np.little_endian
 
 _DTYPES: dict[str, np.dtype] = {
@@ -170,19 +174,45 @@ def read_header(data: bytes | bytearray | memoryview) -> tuple[dict[str, Any], i
         )
     try:
         header = json.loads(bytes(view[8 : 8 + n]).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise CodecError(f"model buffer header is not valid JSON: {err}") from None
+    except (ValueError, RecursionError) as err:  # JSON, UTF-8, deep nesting, huge integers
+        raise CodecError(f"model buffer header is not valid JSON: {_short(err)}") from None
     if not isinstance(header, dict):
         raise CodecError("model buffer header is not a JSON object")
     return header, 8 + n
+
+
+def _short(err: BaseException, limit: int = 120) -> str:
+    """The first line of an error's text, at most ``limit`` characters."""
+    text = str(err).splitlines()[0] if str(err) else type(err).__name__
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _clip(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` cut to ``limit`` characters (never echo a whole hostile header)."""
+    try:
+        text = repr(value)
+    except ValueError:  # an integer too long to print
+        text = "<unprintable>"
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def decode_arrays(data: bytes | bytearray | memoryview, *, copy: bool = False) -> list[np.ndarray]:
     """Parse a model buffer (see the module docstring) into the ordered list of arrays.
 
     Without ``copy`` the arrays are read-only views into ``data`` (no copy; keep ``data``
-    alive and unchanged). Raises :class:`CodecError` on anything malformed.
+    alive and unchanged). Raises :class:`CodecError` on anything malformed, and on nothing else:
+    any other failure while decoding (a numpy or JSON limit) is turned into one.
     """
+    try:
+        return _decode_arrays(data, copy=copy)
+    except CodecError:
+        raise
+    except (ValueError, TypeError, OverflowError, RecursionError, MemoryError, KeyError,
+            IndexError, AttributeError, struct.error) as err:
+        raise CodecError(f"model buffer cannot be decoded: {_short(err)}") from None
+
+
+def _decode_arrays(data: bytes | bytearray | memoryview, *, copy: bool) -> list[np.ndarray]:
     header, start = read_header(data)
     view = memoryview(data)
     if view.ndim != 1 or view.itemsize != 1:
@@ -197,7 +227,7 @@ def decode_arrays(data: bytes | bytearray | memoryview, *, copy: bool = False) -
         odd = sorted(set(header) - expected)[:3]
         raise CodecError(
             f"model buffer keys must be the indices 0000..{tensor_key(n - 1) if n else '0000'}; "
-            f"found unexpected key(s) {odd}"
+            f"found unexpected key(s) {_clip(odd)}"
         )
     spans = []
     out: list[np.ndarray] = []
@@ -209,29 +239,35 @@ def decode_arrays(data: bytes | bytearray | memoryview, *, copy: bool = False) -
         code = info.get("dtype")
         dtype = _DTYPES.get(code) if isinstance(code, str) else None
         if dtype is None:
-            raise CodecError(f"tensor {key}: unsupported dtype {code!r}; expected one of "
+            raise CodecError(f"tensor {key}: unsupported dtype {_clip(code)}; expected one of "
                              f"{', '.join(_DTYPES)}")
         shape = info.get("shape")
         if not isinstance(shape, list) or not all(
             isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape
         ):
-            raise CodecError(f"tensor {key}: shape {shape!r} is not a list of sizes >= 0")
+            raise CodecError(f"tensor {key}: shape {_clip(shape)} is not a list of sizes >= 0")
+        if len(shape) > MAX_NDIM:
+            raise CodecError(f"tensor {key}: {len(shape)} dimensions, at most {MAX_NDIM}")
+        if any(s > MAX_DIM for s in shape):
+            raise CodecError(f"tensor {key}: a dimension of shape {_clip(shape)} exceeds "
+                             f"{MAX_DIM}")
         offs = info.get("data_offsets")
         if (
             not isinstance(offs, list) or len(offs) != 2
             or not all(isinstance(o, int) and not isinstance(o, bool) for o in offs)
         ):
-            raise CodecError(f"tensor {key}: data_offsets {offs!r} is not [begin, end]")
+            raise CodecError(f"tensor {key}: data_offsets {_clip(offs)} is not [begin, end]")
         b, e = offs
         count = math.prod(shape)
         if not 0 <= b <= e <= body.nbytes:
             raise CodecError(
-                f"tensor {key}: data_offsets [{b}, {e}] outside the {body.nbytes}-byte data section"
+                f"tensor {key}: data_offsets {_clip(offs)} outside the {body.nbytes}-byte data "
+                "section"
             )
         if e - b != count * dtype.itemsize:
             raise CodecError(
-                f"tensor {key}: {e - b} bytes for shape {shape} of {code} "
-                f"(needs {count * dtype.itemsize})"
+                f"tensor {key}: {e - b} bytes for shape {_clip(shape)} of {code} "
+                f"(needs {_clip(count * dtype.itemsize)})"
             )
         spans.append((b, e))
         arr = np.frombuffer(body, dtype=dtype, count=count, offset=b).reshape(shape)

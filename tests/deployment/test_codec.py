@@ -198,3 +198,46 @@ def test_task_and_result_round_trip_through_the_wire():
     got = result_from_proto(req, coalition=2)
     assert got.num_samples == 640 and got.dropped == [11] and got.reports == res.reports
     assert all(np.array_equal(a, b) for a, b in zip(arrays, got.arrays))
+
+
+def _json_values(depth: int = 3):
+    leaves = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=8)
+    return st.recursive(leaves, lambda kids: st.lists(kids, max_size=4)
+                        | st.dictionaries(st.text(max_size=6), kids, max_size=4), max_leaves=12)
+
+
+_entry = st.fixed_dictionaries({}, optional={
+    "dtype": st.sampled_from(["F32", "F64", "I8", "U8", "BOOL", "X9"]) | _json_values(),
+    "shape": st.lists(st.integers(-2, 2**70), max_size=70) | _json_values(),
+    "data_offsets": st.lists(st.integers(-2, 2**70), max_size=3) | _json_values(),
+})
+
+
+@settings(max_examples=300, deadline=None)
+@given(header=st.dictionaries(st.sampled_from(["0000", "0001", "__metadata__", "x"]),
+                              _entry | _json_values(), max_size=3) | _json_values(),
+       body=st.binary(max_size=64))
+def test_arbitrary_json_headers_raise_only_codec_errors(header, body):
+    """Any JSON header (odd types, huge or negative sizes, 70 dimensions) and any data section
+    decode or raise CodecError, never another exception."""
+    raw = json.dumps(header).encode()
+    try:
+        decode_arrays(struct.pack("<Q", len(raw)) + raw + body)
+    except CodecError:
+        pass
+
+
+@pytest.mark.parametrize("header, needle", [
+    ('{"0000": {"dtype": "F32", "shape": [0, 1000000000000000000000000000000], '
+     '"data_offsets": [0, 0]}}', "exceeds"),
+    ('{"0000": {"dtype": "F32", "shape": [' + ", ".join(["1"] * 65) + '], '
+     '"data_offsets": [0, 4]}}', "dimensions"),
+    ("[" * 200_000 + "]" * 200_000, "JSON"),
+    ('{"0000": {"dtype": "F32", "shape": [' + "9" * 5000 + '], "data_offsets": [0, 4]}}',
+     "JSON"),
+])
+def test_hostile_headers_are_codec_errors_with_short_messages(header, needle):
+    raw = header.encode()
+    with pytest.raises(CodecError, match=needle) as err:
+        decode_arrays(struct.pack("<Q", len(raw)) + raw + b"\0" * 4)
+    assert len(str(err.value)) < 300
