@@ -2,8 +2,8 @@
 
     fedcure-client --cloud HOST:PORT [--name NAME] [--dataset D] [--data-dir DIR] \\
         [--partition-id I --num-partitions N] [--cpufreq sysfs|emulate|off] [--token T] \\
-        [--insecure] [--tls-ca FILE] [--work-dir DIR]
-    fedcure-client --probe
+        [--cpufreq-root DIR] [--insecure] [--tls-ca FILE] [--work-dir DIR]
+    fedcure-client --probe [--cpufreq-root DIR]
 
 1. Claims its partition (``Association.Claim``, keyed by ``--name``, default
    ``<hostname>-<pid>``; ``--partition-id`` asks for a given one) and gets the cloud's
@@ -13,7 +13,8 @@
 2. Registers (``Association.Register``; it answers once coalition formation has run and the
    chosen ES is up) and learns its client id and its ES's address.
 3. Writes its data file (:mod:`fedcure_app.node_data`) and starts ``flower-supernode`` to that
-   ES with node config ``client-id=<id> cpufreq=<mode> data-file=<path>`` on its own free
+   ES with node config ``client-id=<id> cpufreq=<mode> data-file=<path>`` (and
+   ``cpufreq-root=<dir>`` with ``--cpufreq-root``) on its own free
    ClientAppIo (runtime) port.
 4. Polls ``Monitor.Status`` and exits 0 when the cloud reports training done (and on
    SIGTERM/SIGINT), stopping the SuperNode and everything it started.
@@ -53,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="check that the cloud's configuration has N partitions")
     p.add_argument("--cpufreq", choices=["sysfs", "emulate", "off"], default="emulate",
                    help="how the ClientApp applies CPU-frequency directives (default emulate)")
+    p.add_argument("--cpufreq-root", metavar="DIR",
+                   help="the CPU sysfs folder holding cpuN/cpufreq/ that --cpufreq sysfs writes "
+                        "and --probe reads (default the kernel's, /sys/devices/system/cpu)")
     p.add_argument("--token", default=os.environ.get("FEDCURE_TOKEN", ""),
                    help="the cloud's shared secret (default $FEDCURE_TOKEN)")
     sec = p.add_argument_group("transport security (see `fedcure certs`)")
@@ -192,6 +196,8 @@ def supernode_argv(edge_address: str, port: int, client_id: int, cpufreq: str,
     from edge_server.superlink import _flower_bin
 
     node_config = f'client-id={client_id} cpufreq="{cpufreq}" data-file="{data_file}"'
+    if getattr(args, "cpufreq_root", None):
+        node_config += f' cpufreq-root="{Path(args.cpufreq_root).resolve()}"'
     argv = [_flower_bin("flower-supernode"), "--superlink", edge_address,
             "--port", str(port), "--node-config", node_config]
     if args.insecure:
@@ -326,10 +332,10 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
         channel.close()
 
 
-def probe() -> int:
-    from fedcure_app.devices import probe_device
+def probe(cpu_root: str | None = None) -> int:
+    from fedcure_app.devices import DEFAULT_CPU_ROOT, probe_device
 
-    print(json.dumps(probe_device(), indent=1, default=str))
+    print(json.dumps(probe_device(cpu_root or DEFAULT_CPU_ROOT), indent=1, default=str))
     return 0
 
 
@@ -339,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     quiet_grpc()
     args = build_parser().parse_args(argv)
     if args.probe:
-        return probe()
+        return probe(args.cpufreq_root)
     stop = role_start(args.quiet, log)
     from fedcure_app.config import ConfigError
     from fedcure_app.data.errors import DatasetError

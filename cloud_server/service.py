@@ -1261,7 +1261,7 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
                                   "rounds": str(len(self.records))})
         (out / "final_model.safetensors").write_bytes(blob)
         if self.write_plots:
-            from fedcure_app.simulation.plots import write_run_plots
+            from fedcure_app.run_plots import write_run_plots
 
             try:
                 write_run_plots(result, out, title=f"FedCure cloud ({self.cfg.method.formation}/"

@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fedcure_app.errors import UsageError
+
 PROG = "fedcure-edge"
 log = logging.getLogger("fedcure.edge")
 
@@ -71,10 +73,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="per edge round reply deadline; slower clients are dropped (0: wait)")
     p.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
     return p
-
-
-class UsageError(ValueError):
-    """Bad flags (one line)."""
 
 
 def _check_files(args: argparse.Namespace) -> Any:
@@ -236,12 +234,13 @@ def run_edge(args: argparse.Namespace, stop: threading.Event) -> int:
     keys_stop = threading.Event()
     if args.supernode_auth:
         from edge_server.keys import KeyRegistrar
-        from edge_server.superlink import CONNECTION, _flower_bin
+        from edge_server.superlink import CONNECTION
+        from fedcure_app.flower_tools import flower_bin
         from fedcure_app.processes import flower_env
 
         registrar = KeyRegistrar(channel, args.edge_id, args.token, keys_dir=work / "keys",
                                  connection=CONNECTION, env=flower_env(work / "flwr-home"),
-                                 flwr_bin=_flower_bin("flwr"))
+                                 flwr_bin=flower_bin("flwr"))
         threading.Thread(target=registrar.run, args=(keys_stop,), name="supernode-keys",
                          daemon=True).start()
         log.info("edge %d: SuperNode authentication on: only the cloud's members may connect",

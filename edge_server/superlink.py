@@ -8,8 +8,8 @@ default); they are put on free 127.0.0.1 ports so that several edges share a hos
 Every Flower process runs with :data:`fedcure_app.processes.FLOWER_OFFLINE_ENV` and a private
 ``FLWR_HOME`` inside the edge's work directory, whose ``config.toml`` names one SuperLink
 connection, ``fedcure-edge``, for ``flwr run``. The app directory holds only a generated
-``pyproject.toml`` (components = the installed ``fedcure_app`` apps, run config = defaults with
-``role = "edge"`` and ``edge-file``).
+``pyproject.toml`` (components = the installed edge ServerApp :mod:`edge_server.app` and the
+FedCure ClientApp, run config = defaults with ``role = "edge"`` and ``edge-file``).
 """
 
 from __future__ import annotations
@@ -18,17 +18,20 @@ import json
 import logging
 import re
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fedcure_app.flower_tools import flower_bin
+from fedcure_app.flower_tools import write_app_dir as write_flower_app_dir
 from fedcure_app.processes import Child, flower_env, free_ports, port_open
 
 log = logging.getLogger("fedcure.edge")
 
 CONNECTION = "fedcure-edge"
+#: ``module:attribute`` of the edge ServerApp (:mod:`edge_server.app`) that the edge submits.
+EDGE_SERVERAPP = "edge_server.app:app"
 
 
 class SuperLinkError(RuntimeError):
@@ -61,12 +64,9 @@ def write_flwr_home(home: Path, address: str, tls: TLSFiles | None) -> Path:
 
 
 def write_app_dir(path: Path, run_config: dict[str, Any]) -> Path:
-    """The generated Flower App directory (just a pyproject.toml) for ``flwr run``."""
-    from fedcure_app.simulation.flower_run import _write_app_dir
-
-    path.mkdir(parents=True, exist_ok=True)
-    _write_app_dir(path, run_config)
-    return path
+    """The generated Flower App directory (just a pyproject.toml) for ``flwr run``: the edge
+    ServerApp (:mod:`edge_server.app`) and the FedCure ClientApp."""
+    return write_flower_app_dir(path, run_config, serverapp=EDGE_SERVERAPP)
 
 
 def edge_run_config(edge_file: Path) -> dict[str, Any]:
@@ -101,18 +101,12 @@ def superlink_argv(host: str, port: int, tls: TLSFiles | None,
     return argv
 
 
-def _flower_bin(name: str) -> str:
-    """The console script ``name`` next to this Python, else on PATH."""
-    here = Path(sys.executable).parent / name
-    return str(here) if here.exists() else name
-
-
 def start_superlink(work: Path, host: str, port: int, tls: TLSFiles | None,
                     timeout_s: float = 60.0, supernode_auth: bool = False) -> Child:
     """Start the SuperLink (log in ``work/superlink.log``) and wait until it accepts
     connections; :class:`SuperLinkError` when it dies or does not come up."""
     argv = superlink_argv(host, port, tls, supernode_auth)
-    argv[0] = _flower_bin(argv[0])
+    argv[0] = flower_bin(argv[0])
     child = Child("flower-superlink", argv, log_path=work / "superlink.log",
                   env=flower_env(work / "flwr-home"), cwd=work)
     end = time.monotonic() + timeout_s
@@ -130,7 +124,7 @@ def start_superlink(work: Path, host: str, port: int, tls: TLSFiles | None,
 
 def submit_run(work: Path, app_dir: Path, timeout_s: float = 120.0) -> int:
     """``flwr run APP fedcure-edge --format json``; return the run id."""
-    argv = [_flower_bin("flwr"), "run", str(app_dir), CONNECTION, "--format", "json"]
+    argv = [flower_bin("flwr"), "run", str(app_dir), CONNECTION, "--format", "json"]
     try:
         out = subprocess.run(argv, env=flower_env(work / "flwr-home"), cwd=work,
                              capture_output=True, text=True, timeout=timeout_s)
@@ -159,5 +153,5 @@ def _run_id(stdout: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-__all__ = ["CONNECTION", "SuperLinkError", "TLSFiles", "edge_run_config", "start_superlink",
-           "submit_run", "superlink_argv", "write_app_dir", "write_flwr_home"]
+__all__ = ["CONNECTION", "EDGE_SERVERAPP", "SuperLinkError", "TLSFiles", "edge_run_config",
+           "start_superlink", "submit_run", "superlink_argv", "write_app_dir", "write_flwr_home"]

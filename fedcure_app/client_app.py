@@ -48,7 +48,7 @@ from fedcure_app.app_config import (
     profiles_for,
 )
 from fedcure_app.config import FedCureConfig
-from fedcure_app.devices import FrequencyActuator, make_actuator
+from fedcure_app.devices import DEFAULT_CPU_ROOT, FrequencyActuator, make_actuator
 from fedcure_app.models import build_model, get_weights, set_weights
 from fedcure_app.training import evaluate, train_local
 
@@ -160,10 +160,12 @@ class _DeployedState:
     model: torch.nn.Module
     actuators: dict[str, FrequencyActuator] = field(default_factory=dict)
 
-    def actuator(self, kind: str) -> FrequencyActuator:
-        if kind not in self.actuators:
-            self.actuators[kind] = make_actuator(kind, self.data.profile)
-        return self.actuators[kind]
+    def actuator(self, kind: str, root: str = DEFAULT_CPU_ROOT) -> FrequencyActuator:
+        """The actuator for ``kind``; ``root``: the CPU sysfs folder ``sysfs`` writes."""
+        key = f"{kind}:{root}"
+        if key not in self.actuators:
+            self.actuators[key] = make_actuator(kind, self.data.profile, root=root)
+        return self.actuators[key]
 
 
 _deployed: dict[tuple[str, int], _DeployedState] = {}
@@ -211,7 +213,8 @@ def train(msg: Message, context: Context) -> Message:
     if deployed is not None:
         _check_deployed_id(deployed, conf)
         client = deployed.client
-        actuator = deployed.actuator(kind)
+        actuator = deployed.actuator(
+            kind, str(context.node_config.get("cpufreq-root", DEFAULT_CPU_ROOT)))
         f_max = deployed.data.profile.f_max_ghz
         x, y, model = deployed.x, deployed.y, deployed.model
     else:

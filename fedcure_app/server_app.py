@@ -11,10 +11,9 @@ standard plots in ``out-dir`` (relative paths resolve against the ServerApp's wo
 directory, which under ``flwr run`` is the directory the local SuperLink was started from; the
 absolute path is logged).
 
-``role = "edge"`` (deployment): one edge server running its coalition's tasks for the cloud
-over gRPC. ``fedcure-edge`` submits this ServerApp to its own SuperLink with a run config whose
-``edge-file`` names its settings (cloud address, edge id, advertised address, token, TLS);
-:func:`run_edge_role` hands the grid to :func:`edge_server.serve.serve_edge`.
+The deployed edge server has its own ServerApp in its role package (``edge_server.app:app``,
+which ``fedcure-edge`` submits to its SuperLink with ``role = "edge"``): the library imports no
+role (docs/DESIGN.md).
 """
 
 from __future__ import annotations
@@ -66,7 +65,7 @@ def run_simulation_role(
     """Run the engine with the Flower executor on ``grid``; write and return the result dict."""
     from fedcure_app.simulation.engine import SimulationEngine, build_federation
     from fedcure_app.simulation.flower_executor import FlowerExecutor
-    from fedcure_app.simulation.plots import write_run_plots
+    from fedcure_app.run_plots import write_run_plots
 
     opts = opts or app_options(run_config)
     cfg = simulation_config(run_config)
@@ -119,33 +118,15 @@ def run_simulation_role(
     return result
 
 
-def run_edge_role(grid: Grid, run_config: dict[str, Any], opts: AppOptions) -> None:
-    """The deployed edge server: serve the cloud's tasks with
-    :func:`fedcure_app.edge.run_edge_task` on this SuperLink's grid until training is over."""
-    from edge_server.serve import serve_edge
-    from edge_server.settings import EdgeSettings
-
-    if not opts.edge_file:
-        raise ValueError("role 'edge' needs the run-config key edge-file (start the edge with "
-                         "fedcure-edge, which writes it)")
-    settings = EdgeSettings.load(opts.edge_file)
-    log(INFO, "[fedcure] edge %d: serving the cloud at %s; clients reach this SuperLink at %s",
-        settings.edge_id, settings.cloud, settings.advertise)
-    stats = serve_edge(grid, settings)
-    log(INFO, "[fedcure] edge %d done: %d tasks, %d edge rounds", settings.edge_id, stats.tasks,
-        stats.edge_rounds)
-
-
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     """Entry point under ``flwr run`` / the Simulation Runtime."""
     run_config = dict(context.run_config)
     opts = app_options(run_config)
-    if opts.role == "simulation":
-        run_simulation_role(grid, run_config, opts)
-    else:
-        run_edge_role(grid, run_config, opts)
+    if opts.role != "simulation":
+        raise ValueError(f"role {opts.role!r} runs edge_server.app:app, the ServerApp that "
+                         "fedcure-edge submits; this ServerApp runs the simulation only")
+    run_simulation_role(grid, run_config, opts)
 
 
-__all__ = ["app", "resolve_out_dir", "run_edge_role", "run_simulation_role",
-           "simulation_config"]
+__all__ = ["app", "resolve_out_dir", "run_simulation_role", "simulation_config"]

@@ -477,3 +477,152 @@ def test_probe_this_machine() -> None:
     info = probe_device()
     assert info["usable_cores"] >= 1
     json.dumps(info)  # serialisable for the --probe CLI
+
+
+# ------------------------------------------------- the sysfs actuator end to end (ClientApp, CLI)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _node_data_file(path: Path, client: int = 1) -> Path:
+    """A tiny deployed client's data file (random 8x8 digits, a Raspberry Pi 4 profile)."""
+    from fedcure_app.node_data import NodeData, save_node_data
+
+    rng = np.random.default_rng(client)
+    data = NodeData(x=rng.normal(size=(24, 1, 8, 8)).astype(np.float32),
+                    y=rng.integers(0, 10, size=24), dataset="digits", num_classes=10,
+                    client_name=f"dev-{client}", partition_id=client, profile=PRESETS["rpi4"])
+    return save_node_data(path, data)
+
+
+def clientapp_train(data_file: Path, cpu_root: Path, directives: list[float],
+                    client: int = 1) -> list[float]:
+    """Run the deployed ClientApp (node config ``cpufreq=sysfs``, ``cpufreq-root``) on one train
+    message per directive (GHz); return the ``f-applied-ghz`` of each reply."""
+    from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, RecordDict
+
+    from fedcure_app import client_app
+    from fedcure_app.models import build_model, get_weights
+    from tests.simulation.fake_grid import task_identity
+
+    ctx = Context(run_id=1, node_id=100 + client, state=RecordDict(), run_config={},
+                  node_config={"client-id": client, "cpufreq": "sysfs",
+                               "cpufreq-root": str(cpu_root), "data-file": str(data_file)})
+    weights = get_weights(build_model("digits", 10))
+    applied = []
+    with task_identity():
+        for i, f in enumerate(directives):
+            config = ConfigRecord({"client-id": client, "tau-c": 1, "lr": 0.05,
+                                   "batch-size": 8, "freq-ghz": f, "seed": 3, "edge-round": i,
+                                   "task-id": "t1"})
+            msg = Message(RecordDict({"arrays": ArrayRecord(weights), "config": config}),
+                          dst_node_id=100 + client, message_type=MessageType.TRAIN,
+                          group_id="g")
+            reply = client_app.app(msg, ctx)
+            assert not reply.has_error(), reply.error
+            applied.append(float(reply.content["metrics"]["f-applied-ghz"]))
+    return applied
+
+
+def test_clientapp_writes_the_cap_of_each_directive_under_cpufreq_root(tmp_path: Path) -> None:
+    from fedcure_app.node_data import read_applied
+
+    little = [600_000, 1_000_000, 1_400_000]
+    root = _fake_cpus(tmp_path / "cpu", [PI4_KHZ, PI4_KHZ, little, little],
+                      governor="schedutil")
+    data_file = _node_data_file(tmp_path / "node.npz")
+    directives = [1.04, 0.64, 1.26, 9.0, 0.05]
+    # each CPU gets its nearest available frequency; the reply carries the slowest core's
+    want_pi4 = [1_000_000, 600_000, 1_300_000, 1_500_000, 600_000]
+    want_little = [1_000_000, 600_000, 1_400_000, 1_400_000, 600_000]
+    applied = clientapp_train(data_file, root, directives)
+    assert applied == [min(a, b) / 1e6 for a, b in zip(want_pi4, want_little)]
+    assert [_written(root, c) for c in range(4)] == [want_pi4[-1]] * 2 + [want_little[-1]] * 2
+    log = read_applied(data_file)
+    assert [e["directive_ghz"] for e in log] == directives
+    assert [e["applied_ghz"] for e in log] == applied
+    assert all(e["cpufreq"] == "sysfs" for e in log)
+    # the hardware really runs at the cap: no emulated stretch
+    assert all(e["seconds"] == e["measured_s"] for e in log)
+    # the governor and the other files are left alone
+    for c in range(4):
+        d = root / f"cpu{c}" / "cpufreq"
+        assert (d / "scaling_governor").read_text() == "schedutil\n"
+        assert int((d / "cpuinfo_max_freq").read_text()) == max(PI4_KHZ if c < 2 else little)
+
+
+def test_clientapp_caps_follow_every_directive_in_turn(tmp_path: Path) -> None:
+    root = _fake_cpus(tmp_path / "cpu", [PI4_KHZ] * 2)
+    data_file = _node_data_file(tmp_path / "node.npz", client=2)
+    for f, khz in [(0.71, 700_000), (1.44, 1_400_000), (0.86, 900_000)]:
+        assert clientapp_train(data_file, root, [f], client=2) == [khz / 1e6]
+        assert [_written(root, c) for c in range(2)] == [khz, khz]
+
+
+def test_clientapp_without_cpufreq_under_its_root_emulates(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    empty = tmp_path / "no-cpufreq"
+    empty.mkdir()
+    data_file = _node_data_file(tmp_path / "node.npz", client=3)
+    with caplog.at_level(logging.WARNING, logger="fedcure_app.devices"):
+        applied = clientapp_train(data_file, empty, [1.04, 0.1], client=3)
+    assert applied == [1.04, PRESETS["rpi4"].f_min_ghz]  # the profile's range, emulated
+    assert (f"cpufreq control unavailable ([Errno 2] no cpufreq support under {empty}); "
+            "emulating the throttle instead") in caplog.text
+
+
+def test_clientapp_on_an_unwritable_tree_falls_back_with_the_documented_warning(
+    tmp_path: Path,
+) -> None:
+    """scaling_max_freq mode 0444, written by a process without the right to override file
+    modes (root loses CAP_DAC_OVERRIDE through setpriv): the kernel's EACCES, for real."""
+    import shutil
+    import subprocess
+    import sys
+
+    root = _fake_cpus(tmp_path / "cpu", [PI4_KHZ] * 2)
+    for c in range(2):
+        (root / f"cpu{c}" / "cpufreq" / "scaling_max_freq").chmod(0o444)
+    data_file = _node_data_file(tmp_path / "node.npz", client=4)
+    argv = [sys.executable, "-c",
+            "import json, logging, sys; from pathlib import Path\n"
+            "logging.basicConfig(level=logging.WARNING, "
+            "format='%(levelname)s %(name)s: %(message)s')\n"
+            "from tests.test_devices import clientapp_train\n"
+            "print(json.dumps(clientapp_train(Path(sys.argv[1]), Path(sys.argv[2]), "
+            "[1.04, 0.1], client=4)))",
+            str(data_file), str(root)]
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("root ignores file modes and setpriv (util-linux) is not installed")
+        argv = ["setpriv", "--bounding-set=-dac_override", *argv]
+    out = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [1.04, 0.6]
+    assert ("WARNING fedcure_app.devices: cpufreq control unavailable (cannot write "
+            f"{root}/cpu0/cpufreq/scaling_max_freq: Permission denied; run as root, grant write "
+            "access to cpufreq (e.g. a udev rule), or use the emulated throttle); emulating the "
+            "throttle instead") in out.stderr
+    assert [_written(root, c) for c in range(2)] == [1_500_000, 1_500_000]  # untouched
+
+
+def test_client_cli_passes_cpufreq_root_to_the_supernode_and_probe(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from client.cli import build_parser, main, supernode_argv
+
+    root = _fake_cpus(tmp_path / "cpu", [PI4_KHZ], governor="performance")
+    args = build_parser().parse_args(["--cloud", "127.0.0.1:1", "--insecure", "--cpufreq",
+                                      "sysfs", "--cpufreq-root", str(root)])
+    argv = supernode_argv("127.0.0.1:2", 3, 7, args.cpufreq, tmp_path / "d.npz", args)
+    node_config = argv[argv.index("--node-config") + 1]
+    assert f'cpufreq-root="{root}"' in node_config and 'cpufreq="sysfs"' in node_config
+    default = build_parser().parse_args(["--cloud", "127.0.0.1:1", "--insecure"])
+    assert "cpufreq-root" not in " ".join(
+        supernode_argv("127.0.0.1:2", 3, 7, "sysfs", tmp_path / "d.npz", default))
+    assert main(["--probe", "--cpufreq-root", str(root)]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["available_ghz"] == [k / 1e6 for k in PI4_KHZ]
+    assert info["governor"] == "performance" and info["cpufreq"]["0"]["writable"] is True

@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from fedcure_app.simulation.engine import simulate
-    from fedcure_app.simulation.plots import write_run_plots
+    from fedcure_app.run_plots import write_run_plots
 
     cfg = config_from_args(args)
     console = Console(stderr=True)

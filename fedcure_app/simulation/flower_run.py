@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from fedcure_app.app_config import default_run_config
+from fedcure_app.flower_tools import write_app_dir
 
 log = logging.getLogger(__name__)
 
@@ -35,23 +36,6 @@ def full_run_config(overrides: dict[str, Any] | None = None) -> dict[str, Any]:
         rc[k] = value
     rc.pop("executor", None)  # the ServerApp forces "flower"
     return rc
-
-
-def _write_app_dir(path: Path, run_config: dict[str, Any]) -> None:
-    import tomli_w
-
-    doc = {
-        "project": {"name": "fedcure", "version": "0.1.0"},
-        "tool": {"flwr": {"app": {
-            "publisher": "fedcure",
-            "components": {
-                "serverapp": "fedcure_app.server_app:app",
-                "clientapp": "fedcure_app.client_app:app",
-            },
-            "config": run_config,
-        }}},
-    }
-    (path / "pyproject.toml").write_text(tomli_w.dumps(doc))
 
 
 def _offline_defaults() -> None:
@@ -128,7 +112,7 @@ def run_flower_simulation(
     for attempt in (1, 2):
         try:
             with tempfile.TemporaryDirectory(prefix="fedcure-app-") as app_dir:
-                _write_app_dir(Path(app_dir), rc)
+                write_app_dir(Path(app_dir), rc)
                 context = Context(run_id=0, node_id=0, node_config={}, state=RecordDict(),
                                   run_config=dict(rc))
                 _run_simulation(

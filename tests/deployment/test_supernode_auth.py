@@ -130,11 +130,11 @@ def test_edges_admit_only_the_clients_the_cloud_assigned(tmp_path: Path):
             assert roles.cloud.poll() is None, roles.cloud.tail(30)
             time.sleep(0.5)
         key, _ = make_supernode_keys(tmp_path / "stranger")
-        from edge_server.superlink import _flower_bin
+        from fedcure_app.flower_tools import flower_bin
 
         # Child remembers what the SuperNode starts (its SuperExec lives in its own session)
         stranger = Child("stranger", [
-            _flower_bin("flower-supernode"), "--superlink", edge_address,
+            flower_bin("flower-supernode"), "--superlink", edge_address,
             "--root-certificates", str(certs / "ca.crt"), "--auth-supernode-private-key",
             str(key), "--port", str(free_port())],
             log_path=tmp_path / "stranger.log", env=flower_env(tmp_path / "stranger-home"))

@@ -1,4 +1,8 @@
-"""PNG plots of a run's per-round records: accuracy vs simulated time, queues, participation."""
+"""PNG plots of a run's per-round records: accuracy vs time, queues, participation.
+
+Shared by every driver that writes a ``result.json``: ``fedcure simulate``, the Flower
+ServerApp and the cloud server (whose ``time_s`` is wall time since round 0).
+"""
 
 from __future__ import annotations
 

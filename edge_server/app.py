@@ -1,0 +1,51 @@
+"""The edge ServerApp: what ``fedcure-edge`` submits to its own SuperLink (``flwr run``).
+
+Flower starts it in a ``flwr-serverapp`` process. Its run config (written by
+:func:`edge_server.superlink.edge_run_config`) names the edge's settings file in ``edge-file``;
+:func:`run_edge_role` reads it and hands this SuperLink's grid to
+:func:`edge_server.serve.serve_edge`, which serves the cloud's tasks with
+:func:`fedcure_app.edge.run_edge_task` until training is over.
+
+:data:`edge_server.superlink.EDGE_SERVERAPP` names it in the generated app's
+``pyproject.toml``. It lives in the role package because it is the role's work: the library's
+ServerApp (:mod:`fedcure_app.server_app`) runs the simulation and knows nothing of the roles.
+"""
+
+from __future__ import annotations
+
+from logging import INFO
+from typing import Any
+
+from flwr.app import Context
+from flwr.common import log
+from flwr.serverapp import Grid, ServerApp
+
+from edge_server.serve import serve_edge
+from edge_server.settings import EdgeSettings
+from fedcure_app.app_config import AppOptions, app_options
+
+app = ServerApp()
+
+
+def run_edge_role(grid: Grid, run_config: dict[str, Any], opts: AppOptions) -> None:
+    """The deployed edge server: serve the cloud's tasks with
+    :func:`fedcure_app.edge.run_edge_task` on this SuperLink's grid until training is over."""
+    if not opts.edge_file:
+        raise ValueError("role 'edge' needs the run-config key edge-file (start the edge with "
+                         "fedcure-edge, which writes it)")
+    settings = EdgeSettings.load(opts.edge_file)
+    log(INFO, "[fedcure] edge %d: serving the cloud at %s; clients reach this SuperLink at %s",
+        settings.edge_id, settings.cloud, settings.advertise)
+    stats = serve_edge(grid, settings)
+    log(INFO, "[fedcure] edge %d done: %d tasks, %d edge rounds", settings.edge_id, stats.tasks,
+        stats.edge_rounds)
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    """Entry point under the edge's SuperLink."""
+    run_config = dict(context.run_config)
+    run_edge_role(grid, run_config, app_options(run_config))
+
+
+__all__ = ["app", "run_edge_role"]

@@ -1,0 +1,55 @@
+"""The shared Flower helpers: console scripts and generated app directories, for the simulation
+(``flower_run``) and the edge role (``edge_server.superlink``) alike."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import tomllib
+from pathlib import Path
+
+from flwr.serverapp import ServerApp
+
+from edge_server.superlink import EDGE_SERVERAPP
+from edge_server.superlink import write_app_dir as write_edge_app_dir
+from fedcure_app.errors import UsageError
+from fedcure_app.flower_tools import CLIENTAPP, SIMULATION_SERVERAPP, flower_bin, write_app_dir
+
+
+def _load(component: str):
+    module, _, attr = component.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def test_flower_bin_prefers_the_script_next_to_this_python():
+    here = Path(sys.executable).parent
+    assert flower_bin("flwr") == (str(here / "flwr") if (here / "flwr").exists() else "flwr")
+    assert flower_bin("no-such-flower-script") == "no-such-flower-script"
+
+
+def test_app_dir_declares_the_components_and_the_whole_run_config(tmp_path):
+    rc = {"num-clients": 6, "method": "greedy", "lr": 0.01, "out-dir": "/tmp/x"}
+    out = write_app_dir(tmp_path / "app" / "nested", rc)
+    assert out == tmp_path / "app" / "nested"
+    app = tomllib.loads((out / "pyproject.toml").read_text())["tool"]["flwr"]["app"]
+    assert app["components"] == {"serverapp": SIMULATION_SERVERAPP, "clientapp": CLIENTAPP}
+    assert app["config"] == rc
+    assert app["publisher"] == "fedcure"
+
+
+def test_the_edge_submits_its_own_serverapp(tmp_path):
+    out = write_edge_app_dir(tmp_path / "app", {"role": "edge", "edge-file": "/e.json"})
+    app = tomllib.loads((out / "pyproject.toml").read_text())["tool"]["flwr"]["app"]
+    assert app["components"] == {"serverapp": EDGE_SERVERAPP, "clientapp": CLIENTAPP}
+    assert isinstance(_load(EDGE_SERVERAPP), ServerApp)
+    assert isinstance(_load(SIMULATION_SERVERAPP), ServerApp)
+    assert _load(EDGE_SERVERAPP) is not _load(SIMULATION_SERVERAPP)
+
+
+def test_every_command_raises_the_same_usage_error():
+    import client.cli
+    import edge_server.cli
+
+    assert client.cli.UsageError is UsageError
+    assert edge_server.cli.UsageError is UsageError
+    assert issubclass(UsageError, ValueError)
