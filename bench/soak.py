@@ -41,6 +41,39 @@ if str(ROOT) not in sys.path:
 from tests.deployment.reliability import FAST, Proc, one_hot, register_all  # noqa: E402
 
 
+#: a cloud kill falls at least this long after the start and before the end (seconds), and two
+#: kills are at least this far apart, so that the cloud can resume and aggregate in between
+KILL_MARGIN_S = 5.0
+
+
+def cloud_kill_times(seconds: float, every: float, rng: random.Random) -> list[float]:
+    """When to SIGKILL the cloud, in seconds after the soak's start (sorted).
+
+    About one kill per ``every`` seconds, and at least two in any soak of 30 s or more: the
+    run is cut into n = max(2, ⌊seconds/every⌋) equal slots (n = 1 below 30 s) and each kill
+    falls at a random point in the middle half of its slot, inside
+    [KILL_MARGIN_S, seconds − KILL_MARGIN_S] and at least KILL_MARGIN_S after the previous one
+    (slots too short for that are dropped, never below two kills when seconds ≥ 30).
+    """
+    if seconds < 2 * KILL_MARGIN_S:
+        return []
+    usable = seconds - 2 * KILL_MARGIN_S
+    n = max(2 if seconds >= 30 else 1, int(seconds // max(every, 1e-9)))
+    n = min(n, max(2 if seconds >= 30 else 1, int(usable // KILL_MARGIN_S) + 1))
+    slot = usable / n
+    times: list[float] = []
+    for i in range(n):
+        lo = KILL_MARGIN_S + slot * (i + 0.25)
+        hi = KILL_MARGIN_S + slot * (i + 0.75)
+        t = rng.uniform(lo, hi) if hi > lo else lo
+        if times and t - times[-1] < KILL_MARGIN_S:
+            t = times[-1] + KILL_MARGIN_S
+        if t > seconds - KILL_MARGIN_S:
+            break
+        times.append(t)
+    return times
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -55,7 +88,8 @@ def parse() -> argparse.Namespace:
     p.add_argument("--edge-kill-every", type=float, default=6.0, metavar="S",
                    help="mean seconds between edge kills (default 6)")
     p.add_argument("--cloud-restart-every", type=float, default=15.0, metavar="S",
-                   help="mean seconds between cloud kills (default 15)")
+                   help="about one cloud kill per S seconds, at least two in a soak of 30 s "
+                        "or more (default 15)")
     p.add_argument("--task-seconds", type=float, default=0.1, help="fake edge delay per task")
     p.add_argument("--settle", type=float, default=60.0,
                    help="at most this long after --seconds for revived edges to rejoin")
@@ -129,9 +163,13 @@ class Soak:
         print(f"soak: cloud on {self.address}, {self.args.edges} edges, "
               f"{self.args.clients} clients; running {self.args.seconds:.0f} s "
               f"(setup {time.monotonic() - t0:.1f} s)", flush=True)
-        end = time.monotonic() + self.args.seconds
+        begin = time.monotonic()
+        end = begin + self.args.seconds
         next_edge = time.monotonic() + self.rng.expovariate(1 / self.args.edge_kill_every)
-        next_cloud = time.monotonic() + self.rng.expovariate(1 / self.args.cloud_restart_every)
+        kills = [begin + t for t in cloud_kill_times(self.args.seconds,
+                                                     self.args.cloud_restart_every, self.rng)]
+        print(f"soak: cloud kills planned at {[round(k - begin, 1) for k in kills]} s",
+              flush=True)
         revive: list[tuple[float, int]] = []
         try:
             while time.monotonic() < end:
@@ -150,12 +188,11 @@ class Soak:
                         self.edge_kills.append((m, len(self.edges[m]) - 1))
                         revive.append((now + self.rng.uniform(1.0, 4.0), m))
                     next_edge = now + self.rng.expovariate(1 / self.args.edge_kill_every)
-                if now >= next_cloud and now + 5 < end:
+                if kills and now >= kills[0]:
+                    kills.pop(0)
                     cloud.kill()
                     self.cloud_kills += 1
                     cloud = self.start_cloud()
-                    next_cloud = time.monotonic() + self.rng.expovariate(
-                        1 / self.args.cloud_restart_every)
                 time.sleep(0.05)
             for _, m in revive:
                 self.start_edge(m)

@@ -68,6 +68,13 @@ def build_parser() -> argparse.ArgumentParser:
                      help="CA (PEM) that client certificates must chain to: mutual TLS")
     sec.add_argument("--insecure", action="store_true",
                      help="serve plaintext gRPC without TLS (local testing only)")
+    sec.add_argument("--edge-tokens", metavar="FILE",
+                     help="JSON edge id -> token (`fedcure certs --edges M` writes "
+                          "edge-tokens.json): edge m must send its own token and may act only "
+                          "as edge m; the shared --token is then for clients only")
+    sec.add_argument("--edge-certs", action="store_true",
+                     help="with --tls-client-ca: every edge must present its own client "
+                          "certificate (CN fedcure-edge-<m>, `fedcure certs --edges M`)")
     p.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
     return p
 
@@ -116,15 +123,21 @@ def make_evaluator(cfg: Any) -> tuple[Any, int]:
 
 async def _run(args: argparse.Namespace, cfg: Any, evaluator: Any, credentials: Any = None
                ) -> int:
+    from cloud_server.identity import EdgeCredentials, load_edge_tokens
     from cloud_server.service import CloudService, serve
 
     log = logging.getLogger("fedcure.cloud")
+    creds = EdgeCredentials(load_edge_tokens(args.edge_tokens) if args.edge_tokens else None,
+                            require_certs=args.edge_certs)
+    if not creds.bound:
+        log.warning("edge identities are not bound to credentials: anyone with the shared "
+                    "token may act as any edge (use --edge-tokens or --edge-certs)")
     service = CloudService(
         cfg, expected_clients=args.expected_clients, out_dir=Path(args.out),
         register_timeout_s=args.register_timeout, token=args.token, evaluator=evaluator,
         write_plots=not args.no_plots,
         checkpoint_dir=None if args.no_checkpoint else Path(args.out) / "checkpoint",
-        resume=args.resume,
+        resume=args.resume, edge_credentials=creds,
     )
     stop = asyncio.Event()
     got: list[str] = []
@@ -184,6 +197,16 @@ def main(argv: list[str] | None = None) -> int:
         parse_listen(args.listen)
         from cloud_server.security import transport_from_flags
 
+        if args.edge_certs and not args.tls_client_ca:
+            raise ConfigError("--edge-certs needs mutual TLS (--tls-client-ca)")
+        if args.edge_tokens:
+            from cloud_server.identity import load_edge_tokens
+
+            tokens = load_edge_tokens(args.edge_tokens)
+            missing = sorted(set(range(args.edges)) - set(tokens))
+            if missing:
+                raise ConfigError(f"--edge-tokens {args.edge_tokens} has no token for edges "
+                                  f"{missing[:10]}")
         credentials = transport_from_flags(
             insecure=args.insecure, tls_cert=args.tls_cert, tls_key=args.tls_key,
             tls_client_ca=args.tls_client_ca, enforce=ENFORCE_TLS)

@@ -83,6 +83,9 @@ from fedcure_app.protocol.codec import (
     unwrap,
 )
 from fedcure_app.strategy import Dispatch, EdgeUpdate, FedCureStrategy
+from cloud_server import validation as door
+from cloud_server.errors import CloudError
+from cloud_server.identity import EdgeCredentials
 from cloud_server.screening import NormScreen, distance
 from fedcure_app.tasks import ClientReport, derive_seed
 
@@ -94,18 +97,7 @@ Evaluator = Callable[[list[np.ndarray]], tuple[float, float]]
 PHASE_REGISTERING = pb.StatusReply.REGISTERING
 PHASE_TRAINING = pb.StatusReply.TRAINING
 PHASE_DONE = pb.StatusReply.DONE
-#: plausibility bounds on what an edge reports per client (seconds, GHz)
-MAX_CLIENT_SECONDS = 1e7
-MAX_GHZ = 100.0
-
-
-class CloudError(Exception):
-    """An RPC refused with a gRPC status code and a one-line reason."""
-
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+# bounds on what clients and edges send: cloud_server.validation
 
 
 def natural_key(name: str) -> list[Any]:
@@ -247,6 +239,9 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
         ``arrays -> (accuracy, loss)`` run at start, every ``eval_every`` rounds and at the end.
     write_plots:
         Write the PNG plots with the results.
+    edge_credentials:
+        Per-edge tokens and/or edge client certificates binding each edge id to a credential
+        (``cloud_server.identity``); None: the shared token lets a caller act as any edge.
     """
 
     def __init__(
@@ -262,6 +257,7 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
         write_plots: bool = True,
         checkpoint_dir: str | Path | None = None,
         resume: bool = False,
+        edge_credentials: EdgeCredentials | None = None,
     ) -> None:
         if expected_clients < cfg.federation.num_edges:
             raise ValueError(
@@ -324,6 +320,13 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
         self.checkpoints = CheckpointStore(checkpoint_dir) if checkpoint_dir is not None else None
         self.resume = bool(resume)
         self.resumed = False
+        self.edge_credentials = edge_credentials or EdgeCredentials()
+        #: conditions the user should know about (unreachable target shares), JSON-safe rows
+        self.warnings: list[dict[str, Any]] = []
+        #: why the last formation attempt failed (None: none failed); cleared by a new one
+        self.formation_error: str | None = None
+        #: registrations changed since the last failed formation (worth trying again)
+        self._registrations_changed = False
 
     # ================================================================== lifecycle
     def start(self) -> None:
@@ -431,6 +434,16 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
         if not token_ok(self.token, token):
             raise CloudError(grpc.StatusCode.UNAUTHENTICATED, "wrong or missing token")
 
+    def _check_edge(self, token: str, edge_id: int, context: Any) -> int:
+        """The caller may act as edge ``edge_id`` (its credential, ``cloud_server.identity``);
+        returns the checked edge index."""
+        from cloud_server.security import token_ok
+
+        creds = self.edge_credentials
+        creds.check(int(edge_id), token, context,
+                    shared_ok=creds.bound or token_ok(self.token, token))
+        return self._edge_index(edge_id)
+
     def _edge_index(self, edge_id: int) -> int:
         """A requested edge id, checked against the configured ESs."""
         m = int(edge_id)
@@ -509,35 +522,31 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
         return self.claims.get(name, self.cfg.federation.num_clients), natural_key(name)
 
     def _validate_registration(self, req: pb.RegisterRequest) -> _Client:
-        name = req.client_name.strip()
-        if not name:
-            raise CloudError(grpc.StatusCode.INVALID_ARGUMENT, "client_name is empty")
-        c = self.cfg.federation.num_classes
-        counts = np.asarray(req.label_counts, dtype=np.int64)
-        if counts.size != c:
-            raise CloudError(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"client {name!r}: label_counts has {counts.size} entries, expected {c} classes",
-            )
-        if np.any(counts < 0) or counts.sum() <= 0:
-            raise CloudError(grpc.StatusCode.INVALID_ARGUMENT,
-                             f"client {name!r}: label_counts must be >= 0 with a positive sum")
-        if not req.HasField("device"):
-            raise CloudError(grpc.StatusCode.INVALID_ARGUMENT,
-                             f"client {name!r}: no device profile")
+        """Every field of a Register request within bounds (``cloud_server.validation``), and
+        the client's predicted edge round finite: one client can never make formation fail."""
         try:
+            name = door.check_name(req.client_name)
+        except door.Refused as err:
+            raise CloudError(grpc.StatusCode.INVALID_ARGUMENT, str(err)) from None
+        who = f"client {door.clip(name)}"
+        c = self.cfg.federation.num_classes
+        try:
+            door.check_label_counts(req.label_counts, c)
+            if not req.HasField("device"):
+                raise door.Refused("no device profile")
             profile = profile_from_proto(req.device)
-            profile.cycles_for(self.cfg.data.dataset)
-        except (CodecError, KeyError) as err:
-            msg = err.args[0] if isinstance(err, KeyError) else str(err)
-            raise CloudError(grpc.StatusCode.INVALID_ARGUMENT, f"client {name!r}: {msg}") from None
+            door.check_profile(profile, self.cfg.data.dataset)
+            door.check_key_text(req.supernode_public_key)
+        except (door.Refused, CodecError) as err:
+            raise CloudError(grpc.StatusCode.INVALID_ARGUMENT, f"{who}: {err}") from None
+        counts = np.asarray(req.label_counts, dtype=np.int64)
         home: int | None = None
         if req.HasField("home_edge"):
             home = int(req.home_edge)
             if not 0 <= home < self.num_edges:
                 raise CloudError(
                     grpc.StatusCode.INVALID_ARGUMENT,
-                    f"client {name!r}: home_edge {home} outside [0, {self.num_edges})",
+                    f"{who}: home_edge {home} outside [0, {self.num_edges})",
                 )
         key = req.supernode_public_key.strip()
         if key:
@@ -547,7 +556,7 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
                 check_supernode_key(key)
             except ValueError as err:
                 raise CloudError(grpc.StatusCode.INVALID_ARGUMENT,
-                                 f"client {name!r}: {err}") from None
+                                 f"{who}: {err}") from None
         return _Client(name, counts, profile, home, supernode_key=key)
 
     async def _register(self, req: pb.RegisterRequest, context: grpc.aio.ServicerContext
@@ -562,9 +571,10 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
                 raise CloudError(
                     grpc.StatusCode.FAILED_PRECONDITION,
                     f"registration is closed: coalition formation already ran with "
-                    f"{len(self.clients)} clients; {entry.name!r} is not one of them",
+                    f"{len(self.clients)} clients; {door.clip(entry.name)} is not one of them",
                 )
             self.clients[entry.name] = entry
+            self._registrations_changed = True
             n = len(self.clients)
             if n == self.expected_clients or n <= 3 or n % max(1, self.expected_clients // 10) == 0:
                 log.info("client %r registered (%d/%d)", entry.name, n, self.expected_clients)
@@ -573,6 +583,8 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
             # re-registration before formation: the latest histogram and profile count
             known.label_counts, known.profile, known.home_edge = (
                 entry.label_counts, entry.profile, entry.home_edge)
+            self._registrations_changed = True
+            self._maybe_form()
         client = self.clients[entry.name]
         if entry.supernode_key and entry.supernode_key != client.supernode_key:
             # a restarted client may come with a new SuperNode key: its ES registers that one
@@ -589,8 +601,9 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
         def left() -> float:
             return max(0.0, budget - (time.monotonic() - began))
 
+        formed = self._formed  # a failed formation replaces the event (and sets this one)
         try:
-            await asyncio.wait_for(self._formed.wait(), left())
+            await asyncio.wait_for(formed.wait(), left())
         except asyncio.TimeoutError:
             raise CloudError(
                 grpc.StatusCode.DEADLINE_EXCEEDED,
@@ -601,6 +614,10 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
             raise CloudError(grpc.StatusCode.UNAVAILABLE, "the cloud is shutting down")
         if self.failure is not None:
             raise CloudError(grpc.StatusCode.FAILED_PRECONDITION, self.failure)
+        if self.phase == PHASE_REGISTERING:  # this formation attempt failed
+            raise CloudError(grpc.StatusCode.FAILED_PRECONDITION,
+                             f"{self.formation_error}; the cloud keeps registering: call "
+                             "Register again (with a corrected profile)")
         assert client.edge_id is not None and client.client_id is not None
         edge = self._edges[client.edge_id]
         try:
@@ -633,6 +650,8 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
     def _maybe_form(self) -> None:
         if self._forming or self.phase != PHASE_REGISTERING:
             return
+        if self.formation_error is not None and not self._registrations_changed:
+            return  # the same registrations would fail the same way
         n = len(self.clients)
         if n >= self.expected_clients or (self._window_closed and n >= self.num_edges):
             self._forming = True
@@ -642,16 +661,25 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
 
     async def _run_formation(self) -> None:
         assert self._formed is not None
+        self._registrations_changed = False
         try:
             dispatches = await asyncio.to_thread(self._form_and_build)
         except Exception as err:  # noqa: BLE001 - reported to every waiting client
-            log.exception("coalition formation failed")
-            self.failure = f"coalition formation failed on the cloud: {err}"
-            self._formed.set()
-            if self._done is not None:
-                self._done.set()
-            await self._wake_edges()
+            # the cloud stays up and keeps registering: a changed or new registration retries
+            log.exception("coalition formation failed; still registering")
+            with self.lock:
+                self.strategy = None
+                self.assignment = self.initial_assignment = None
+                for c in self.clients.values():
+                    c.client_id = c.edge_id = None
+            self.formation_error = f"coalition formation failed on the cloud: {door.clip(str(err), 200)}"
+            self._fault("formation-failed", None, self.formation_error)
+            self._forming = False
+            failed, self._formed = self._formed, asyncio.Event()
+            failed.set()  # wake every waiting Register: they answer FAILED_PRECONDITION
+            self._maybe_form()
             return
+        self.formation_error = None
         self._t0 = time.monotonic()
         self.phase = PHASE_TRAINING
         self._formed.set()
@@ -693,6 +721,7 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
         )
         arrays = self._build_initial_arrays()
         strategy = self._install(clients, initial, assignment, result, jsd, arrays)
+        self._check_reach(strategy.estimator.mean(), "the device profiles' latency prior")
         with self.lock:
             if self.evaluator is not None:
                 self.initial_accuracy = float(self.evaluator(strategy.global_arrays)[0])
@@ -738,6 +767,28 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
             self._jsd_pair = jsd
             self.strategy = strategy
         return strategy
+
+    def _check_reach(self, latency_s: np.ndarray, source: str) -> None:
+        """Warn (log and result.json ``warnings``) about every coalition whose target share
+        δ_m exceeds what K concurrent slots and its latency allow (``cloud_server.reach``)."""
+        from cloud_server.reach import unreachable
+
+        s = self.strategy
+        if s is None:
+            return
+        try:
+            bad = unreachable(s.delta, latency_s, s.max_concurrent)
+        except ValueError as err:  # e.g. a non-finite estimate: nothing to say
+            log.debug("reachability check skipped: %s", err)
+            return
+        for m, delta, cap in bad:
+            text = (f"coalition {m}: target share delta {delta:.3f} is out of reach: with at "
+                    f"most {s.max_concurrent} coalitions in flight and its latency (from "
+                    f"{source}) it can get at most {cap:.3f} of the rounds; its virtual queue "
+                    "will grow without bound (not mean-rate stable)")
+            log.warning("%s", text)
+            self.warnings.append({"kind": "unreachable-share", "coalition": m, "delta": delta,
+                                  "max_share": cap, "source": source, "detail": text})
 
     def _jsd(self, counts: np.ndarray, initial: np.ndarray, assignment: np.ndarray
              ) -> tuple[float, float] | None:
@@ -821,8 +872,7 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
                       ) -> pb.MembersReply:
         """The clients of ES ``edge_id`` with their SuperNode keys (none before formation)."""
         try:
-            self._check_token(request.token)
-            m = self._edge_index(request.edge_id)
+            m = self._check_edge(request.token, request.edge_id, context)
         except CloudError as err:
             await self._abort(context, err)
             raise  # unreachable: abort raises
@@ -835,11 +885,11 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
     # ================================================================== EdgeLink.Connect
     async def Connect(self, request: pb.ConnectRequest, context: grpc.aio.ServicerContext):
         try:
-            self._check_token(request.token)
-            m = self._edge_index(request.edge_id)
-            if not request.address.strip():
-                raise CloudError(grpc.StatusCode.INVALID_ARGUMENT,
-                                 f"edge {m}: empty address (its SuperLink fleet address)")
+            m = self._check_edge(request.token, request.edge_id, context)
+            try:
+                address = door.check_address(request.address)
+            except door.Refused as err:
+                raise CloudError(grpc.StatusCode.INVALID_ARGUMENT, f"edge {m}: {err}") from None
         except CloudError as err:
             await self._abort(context, err)
             return
@@ -848,7 +898,7 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
         edge.generation += 1
         edge.connects += 1
         gen = edge.generation
-        edge.address = request.address.strip()
+        edge.address = address
         edge.connected.set()
         log.info("edge %d connected (%s)%s", m, edge.address,
                  " again" if edge.connects > 1 else "")
@@ -904,18 +954,20 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
     async def Submit(self, request: pb.SubmitRequest, context: grpc.aio.ServicerContext
                      ) -> pb.SubmitReply:
         try:
-            return await self._submit(request)
+            return await self._submit(request, context)
         except CloudError as err:
             await self._abort(context, err)
             raise
 
-    async def _submit(self, request: pb.SubmitRequest | WithModel) -> pb.SubmitReply:
+    async def _submit(self, request: pb.SubmitRequest | WithModel, context: Any = None
+                      ) -> pb.SubmitReply:
         received = time.monotonic()
         req, model = unwrap(request)
-        self._check_token(req.token)
-        task = self._tasks.get(req.task_id)
+        self._check_edge(req.token, req.edge_id, context)
+        task = self._tasks.get(req.task_id) if door.task_id_known(req.task_id) else None
         if task is None:
-            raise CloudError(grpc.StatusCode.NOT_FOUND, f"unknown task id {req.task_id!r}")
+            raise CloudError(grpc.StatusCode.NOT_FOUND,
+                             f"unknown task id {door.clip(req.task_id)}")
         if req.edge_id != task.dispatch.coalition:
             raise CloudError(
                 grpc.StatusCode.INVALID_ARGUMENT,
@@ -934,36 +986,31 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
             return task.reply
         strategy = self.strategy
         assert strategy is not None
-        if task.expired is not None:
-            m = task.dispatch.coalition
-            if m in strategy.unavailable and not self.done:
-                await self._take_back(m, "its edge server answered after the deadline")
-            raise CloudError(grpc.StatusCode.FAILED_PRECONDITION,
-                             f"task {task.task_id} expired ({task.expired}); not aggregated")
-        if strategy.in_flight.get(task.dispatch.coalition) is not task.dispatch:
-            raise CloudError(grpc.StatusCode.FAILED_PRECONDITION,
-                             f"task {task.task_id} is no longer expected")
-        if req.num_samples <= 0:
+        m = task.dispatch.coalition
+        late = task.expired is not None
+        if late:
+            # a late answer is a stale update (issue 18): aggregated within the bound
+            staleness = strategy.version - task.dispatch.version
+            bound = self.cfg.reliability.late_staleness_bound
+            if staleness > bound:
+                if m in strategy.unavailable and not self.done:
+                    await self._take_back(m, "its edge server answered after the deadline")
+                raise CloudError(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"task {task.task_id} expired ({task.expired}) and is {staleness} versions "
+                    f"stale, beyond late-staleness-bound {bound}; not aggregated")
+            members: Sequence[int] = strategy.coalitions[m]
+        else:
+            if strategy.in_flight.get(m) is not task.dispatch:
+                raise CloudError(grpc.StatusCode.FAILED_PRECONDITION,
+                                 f"task {task.task_id} is no longer expected")
+            members = task.dispatch.clients
+        try:
+            door.check_submit(int(req.num_samples), float(req.latency_s), req.stats,
+                              list(req.dropped_client_ids), members, self.cfg.method.tau_e)
+        except door.Refused as err:
             raise CloudError(grpc.StatusCode.INVALID_ARGUMENT,
-                             f"num_samples must be > 0, got {req.num_samples}")
-        if not (math.isfinite(req.latency_s) and req.latency_s >= 0):
-            raise CloudError(grpc.StatusCode.INVALID_ARGUMENT,
-                             f"latency_s must be finite seconds >= 0, got {req.latency_s}")
-        members = set(task.dispatch.clients)
-        strangers = sorted(({s.client_id for s in req.stats}
-                            | set(req.dropped_client_ids)) - members)
-        if strangers:
-            raise CloudError(grpc.StatusCode.INVALID_ARGUMENT,
-                             f"stats or drop-outs for clients {strangers[:5]} outside coalition "
-                             f"{task.dispatch.coalition}")
-        for s in req.stats:
-            if not (math.isfinite(s.seconds) and 0 <= s.seconds <= MAX_CLIENT_SECONDS
-                    and math.isfinite(s.f_applied_ghz) and 0 <= s.f_applied_ghz <= MAX_GHZ
-                    and s.samples >= 0 and s.edge_round >= 0):
-                raise CloudError(grpc.StatusCode.INVALID_ARGUMENT,
-                                 f"client {s.client_id}: seconds must be in [0, "
-                                 f"{MAX_CLIENT_SECONDS:g}], f_applied_ghz in [0, {MAX_GHZ:g}], "
-                                 "samples and edge_round >= 0")
+                             f"task {task.task_id}: {err}") from None
 
         task.pending = self._loop.create_future()  # type: ignore[union-attr]
         try:
@@ -987,10 +1034,19 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
                     try:
                         arrival = await asyncio.to_thread(
                             self._arrive, task, arrays, latency, float(req.latency_s),
-                            int(req.num_samples), reports, list(req.dropped_client_ids))
+                            int(req.num_samples), reports, list(req.dropped_client_ids), late)
                     except ValueError as err:  # the strategy refused the arrival
                         raise CloudError(grpc.StatusCode.FAILED_PRECONDITION,
                                          f"task {task.task_id}: {err}") from None
+                    except (CloudError, asyncio.CancelledError):
+                        raise
+                    except Exception as err:  # noqa: BLE001 - e.g. the checkpoint write
+                        log.exception("applying task %s failed; rolled back", task.task_id)
+                        raise CloudError(
+                            grpc.StatusCode.UNAVAILABLE,
+                            f"task {task.task_id} not aggregated: applying it failed "
+                            f"({type(err).__name__}: {door.clip(str(err), 120)}); nothing "
+                            "changed, retry later") from None
                     t_pub = time.monotonic()
                     await self._publish(arrival.new)
                     log.debug("submit %s: decode+check %.3f s, aggregate+dispatch %.3f s, "
@@ -1003,16 +1059,17 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
                         acc, loss = await asyncio.to_thread(self._evaluate)
                         rec["accuracy"], rec["loss"] = acc, loss
                     log.info(
-                        "round %d/%d: coalition %d arrived (staleness %d, xi %.3f, latency "
+                        "round %d/%d: coalition %d arrived%s (staleness %d, xi %.3f, latency "
                         "%.2f s, estimate %.2f s) -> version %d, dispatched %s%s",
                         rec["round"], self.cfg.run.global_rounds, rec["coalition"],
+                        " LATE" if late else "",
                         rec["staleness"], rec["xi"], rec["latency_s"], rec["estimate_s"],
                         rec["version"], rec["dispatched"],
                         "" if rec["accuracy"] is None else
                         f", accuracy {100 * rec['accuracy']:.2f}%",
                     )
-                    reply = pb.SubmitReply(accepted=True, version=rec["version"],
-                                           detail=f"aggregated as round {rec['round']}")
+                    reply = task.reply
+                    assert reply is not None
                     if arrival.finished:
                         await self._finish()
             task.reply = reply
@@ -1030,60 +1087,100 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
             raise
 
     def _arrive(self, task: _Task, arrays: list[np.ndarray], latency: float, edge_latency: float,
-                num_samples: int, reports: list[ClientReport], dropped: list[int]) -> _Arrival:
-        """Aggregate one edge model, dispatch again, record the round (worker thread)."""
+                num_samples: int, reports: list[ClientReport], dropped: list[int],
+                late: bool = False) -> _Arrival:
+        """Aggregate one edge model, dispatch again, record the round, write the checkpoint
+        (worker thread): all of it or, when any step fails, none (the state is rolled back)."""
         strategy = self.strategy
         assert strategy is not None and self._t0 is not None
-        d = task.dispatch
         with self.lock:
-            t0 = time.perf_counter()
-            dist = distance(arrays, strategy.global_arrays)
-            refused = self.screen.check(dist)
-            if refused is not None:
-                raise CloudError(grpc.StatusCode.INVALID_ARGUMENT,
-                                 f"task {task.task_id}: {refused}")
-            rec = strategy.on_arrival(EdgeUpdate(
-                coalition=d.coalition, base_version=d.version, arrays=arrays,
-                num_samples=num_samples, latency_s=latency,
-            ))
-            self.screen.accept(dist)
-            t1 = time.perf_counter()
-            finished = rec.round >= self.cfg.run.global_rounds
-            new = [] if finished else [self._make_task(x) for x in strategy.dispatch()]
-            log.debug("on_arrival %.3f s, dispatch + encode %.3f s", t1 - t0,
-                      time.perf_counter() - t1)
-            assert self._population is not None
-            kappa = self._population.kappa
-            energy = 0.0
-            for r in reports:
-                if 0 <= r.client < kappa.size and r.f_applied_ghz > 0:
-                    cycles = r.seconds * r.f_applied_ghz * 1e9
-                    energy += float(kappa[r.client] * cycles * r.f_applied_ghz ** 2)
-            row = {
-                "round": rec.round,
-                "time_s": time.monotonic() - self._t0,
-                "coalition": rec.coalition,
-                "staleness": rec.staleness,
-                "xi": rec.xi,
-                "latency_s": rec.latency_s,
-                "estimate_s": rec.estimate_s,
-                "version": rec.version,
-                "queues": np.asarray(strategy.scheduler.queues.values).tolist(),
-                "dispatched": [t.dispatch.coalition for t in new],
-                "frequencies_ghz": {str(c): f for c, f in d.frequencies_ghz.items()},
-                "energy_j": energy,
-                "accuracy": None,
-                "loss": None,
-                "task_id": task.task_id,
-                "edge_latency_s": edge_latency,
-                "dropped": dropped,
-            }
-            self.records.append(row)
-            # the reply promises durability: checkpoint before anyone hears of the new version
-            task.reply = pb.SubmitReply(accepted=True, version=rec.version,
-                                        detail=f"aggregated as round {rec.round}")
-            self._save_checkpoint()
-            return _Arrival(row, new, finished)
+            undo = strategy.undo_point()
+            marks = (len(self.records), len(self.faults), set(self._tasks),
+                     self.screen.state_dict(), self._model_cache)
+            try:
+                return self._apply(task, arrays, latency, edge_latency, num_samples, reports,
+                                   dropped, late)
+            except BaseException:
+                strategy.rollback(undo)
+                del self.records[marks[0]:]
+                del self.faults[marks[1]:]
+                for tid in set(self._tasks) - marks[2]:
+                    del self._tasks[tid]
+                self.screen.load_state_dict(marks[3])
+                self._model_cache = marks[4]
+                task.reply = None
+                raise
+
+    def _apply(self, task: _Task, arrays: list[np.ndarray], latency: float,
+               edge_latency: float, num_samples: int, reports: list[ClientReport],
+               dropped: list[int], late: bool) -> _Arrival:
+        """:meth:`_arrive`'s steps (holding the lock; the caller rolls back on failure)."""
+        strategy = self.strategy
+        assert strategy is not None and self._t0 is not None and self._population is not None
+        d = task.dispatch
+        m = d.coalition
+        kappa = self._population.kappa
+        energy = 0.0
+        for r in reports:
+            if 0 <= r.client < kappa.size and r.f_applied_ghz > 0:
+                cycles = r.seconds * r.f_applied_ghz * 1e9
+                energy += float(kappa[r.client] * cycles * r.f_applied_ghz ** 2)
+        if not math.isfinite(energy):
+            raise CloudError(grpc.StatusCode.INVALID_ARGUMENT,
+                             f"task {task.task_id}: the reported stats give a non-finite energy")
+        t0 = time.perf_counter()
+        dist = distance(arrays, strategy.global_arrays)
+        refused = self.screen.check(dist)
+        if refused is not None:
+            raise CloudError(grpc.StatusCode.INVALID_ARGUMENT, f"task {task.task_id}: {refused}")
+        update = EdgeUpdate(coalition=m, base_version=d.version, arrays=arrays,
+                            num_samples=num_samples, latency_s=latency)
+        if late:
+            staleness = strategy.version - d.version
+            self._fault("late", m, f"task {task.task_id} answered after its deadline "
+                                   f"({task.expired}); aggregated as a stale update "
+                                   f"(staleness {staleness})")
+            if m in strategy.unavailable:
+                self._fault("back", m, f"coalition {m} available again: its edge server "
+                                       "answered after the deadline")
+                strategy.mark_available(m)
+            rec = strategy.on_late_arrival(update, self.cfg.reliability.late_staleness_bound)
+        else:
+            rec = strategy.on_arrival(update)
+        self.screen.accept(dist)
+        t1 = time.perf_counter()
+        finished = rec.round >= self.cfg.run.global_rounds
+        new = [] if finished else [self._make_task(x) for x in strategy.dispatch()]
+        log.debug("on_arrival %.3f s, dispatch + encode %.3f s", t1 - t0,
+                  time.perf_counter() - t1)
+        row = {
+            "round": rec.round,
+            "time_s": time.monotonic() - self._t0,
+            "coalition": rec.coalition,
+            "staleness": rec.staleness,
+            "xi": rec.xi,
+            "latency_s": rec.latency_s,
+            "estimate_s": rec.estimate_s,
+            "version": rec.version,
+            "queues": np.asarray(strategy.scheduler.queues.values).tolist(),
+            "dispatched": [t.dispatch.coalition for t in new],
+            "frequencies_ghz": {str(c): f for c, f in d.frequencies_ghz.items()},
+            "energy_j": energy,
+            "accuracy": None,
+            "loss": None,
+            "task_id": task.task_id,
+            "edge_latency_s": edge_latency,
+            "dropped": dropped,
+            "late": late,
+        }
+        self.records.append(row)
+        # the reply promises durability: checkpoint before anyone hears of the new version
+        detail = f"aggregated as round {rec.round}"
+        if late:
+            detail += f" (late: stale update, staleness {rec.staleness}, xi {rec.xi:.4g})"
+        task.reply = pb.SubmitReply(accepted=True, version=rec.version, detail=detail)
+        self._save_checkpoint()
+        return _Arrival(row, new, finished)
 
     # ================================================================== failures
     async def _watchdog(self) -> None:
@@ -1120,15 +1217,19 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
                 return  # it got a task meanwhile: the deadline decides
 
             def work() -> list[_Task]:
+                # the fault is recorded before the state changes, both under the lock: a
+                # reader that sees the coalition unavailable also sees why
                 with self.lock:
+                    fault = len(self.faults)
+                    self._fault("lost", m, f"coalition {m} unavailable: {why}"
+                                + (f" (task {task.task_id})" if task is not None else ""))
                     s.mark_unavailable(m)
                     if task is not None:
                         task.expired = why
                     new = [self._make_task(d) for d in s.refill()]
-                    self._fault("lost", m, f"coalition {m} unavailable: {why}"
-                                + (f" (task {task.task_id})" if task is not None else "")
-                                + (f"; dispatched {[t.dispatch.coalition for t in new]}"
-                                   if new else ""))
+                    if new:
+                        self.faults[fault]["detail"] += (
+                            f"; dispatched {[t.dispatch.coalition for t in new]}")
                     self._save_checkpoint()
                     return new
 
@@ -1150,10 +1251,10 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
                 return
 
             def work() -> list[_Task]:
-                with self.lock:
+                with self.lock:  # fault first, then the state change (see _lose)
+                    self._fault("back", m, f"coalition {m} available again: {why}")
                     s.mark_available(m)
                     new = [self._make_task(d) for d in s.refill()]
-                    self._fault("back", m, f"coalition {m} available again: {why}")
                     self._save_checkpoint()
                     return new
 
@@ -1172,6 +1273,10 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
     async def _finish(self) -> None:
         assert self._done is not None
         self.phase = PHASE_DONE
+        if self.strategy is not None and self.records:
+            with self.lock:
+                measured = self.strategy.estimator.mean()
+            self._check_reach(measured, "the measured latencies")
 
         def final_checkpoint() -> None:
             with self.lock:
@@ -1199,6 +1304,13 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
             part = strategy.participation.copy()
         share = part / max(1, part.sum())
         lat = np.array([r["latency_s"] for r in records])
+        from cloud_server.reach import max_shares
+
+        try:
+            with self.lock:
+                reach = max_shares(strategy.estimator.mean(), strategy.max_concurrent).tolist()
+        except ValueError:
+            reach = None
         accs = [r["accuracy"] for r in records if r["accuracy"] is not None]
         m = self.num_edges
         assert self.assignment is not None and self.initial_assignment is not None
@@ -1231,7 +1343,11 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
                 "rounds": part.tolist(),
                 "share": share.tolist(),
                 "delta": np.asarray(strategy.delta).tolist(),
+                # upper bound on each coalition's share given K and the latency estimates
+                "max_share": reach,
             },
+            "warnings": list(self.warnings),
+            "late_rounds": sum(1 for r in records if r.get("late")),
             "clients": [
                 {"id": c.client_id, "name": c.name, "edge": c.edge_id, "home_edge": c.home_edge,
                  "device": c.profile.name, "samples": int(c.label_counts.sum())}
@@ -1273,6 +1389,10 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
     # ================================================================== Monitor
     async def Status(self, request: pb.StatusRequest, context: grpc.aio.ServicerContext
                      ) -> pb.StatusReply:
+        """Health and progress, answered WITHOUT a token (healthchecks, ``fedcure status``):
+        phase, global version and round, the configured rounds, counts of registered clients
+        and connected edges, and the ids of the coalitions training now. No names, addresses,
+        models, metrics or tokens (see ``cloud_server.security``)."""
         s = self.strategy
         return pb.StatusReply(
             phase=self.phase,

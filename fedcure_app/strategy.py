@@ -17,6 +17,7 @@ scheduler refills free slots only while fewer than K coalitions are training.
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 from dataclasses import dataclass, field
@@ -274,6 +275,65 @@ class FedCureStrategy:
             self.in_flight[d.coalition] = d
             out.append(d)
         return out
+
+    def on_late_arrival(self, update: EdgeUpdate, max_staleness: int) -> RoundRecord:
+        """Aggregate the answer to an expired task as a stale update (one global round).
+
+        The coalition's task was dropped when its deadline passed (:meth:`mark_unavailable`),
+        so it is not in flight; its model trained from ``base_version`` is mixed in with
+        ξ = ℓ·k^φ, φ = version − base_version, when φ ≤ ``max_staleness`` (else ValueError,
+        nothing changed). The estimator learns the (long) measured latency.
+        """
+        m = update.coalition
+        if not 0 <= m < self.num_coalitions:
+            raise ValueError(f"coalition {m} outside [0, {self.num_coalitions})")
+        if not 0 <= update.base_version <= self.version:
+            raise ValueError(f"base version {update.base_version} outside [0, {self.version}]")
+        staleness = self.version - update.base_version
+        if staleness > max_staleness:
+            raise ValueError(f"staleness {staleness} exceeds the late-answer bound "
+                             f"{max_staleness}")
+        if len(update.arrays) != len(self.global_arrays):
+            raise ValueError(
+                f"edge model has {len(update.arrays)} tensors, expected {len(self.global_arrays)}"
+            )
+        if not math.isfinite(update.latency_s) or update.latency_s <= 0:
+            raise ValueError(f"latency must be positive seconds, got {update.latency_s}")
+        xi = staleness_weight(staleness, self.method.ell, self.method.k)
+        self.global_arrays = cloud_update(self.global_arrays, update.arrays, xi)
+        estimate = float(self.estimator.mean()[m])
+        self.estimator.update(m, update.latency_s)
+        self.version += 1
+        self.round += 1
+        self.participation[m] += 1
+        return RoundRecord(round=self.round, coalition=m, staleness=staleness, xi=xi,
+                           latency_s=float(update.latency_s), estimate_s=estimate,
+                           version=self.version, queues=[], dispatched=[],
+                           extra={"late": True})
+
+    # ------------------------------------------------------------------ undo
+    def undo_point(self) -> dict[str, Any]:
+        """Everything a transition may change, to :meth:`rollback` to if what follows it fails
+        (the global tensors are kept by reference: transitions replace them, never write)."""
+        return {
+            "global_arrays": list(self.global_arrays),
+            "version": self.version, "round": self.round, "started": self._started,
+            "scheduler": copy.deepcopy(self.scheduler.state_dict()),
+            "estimator": copy.deepcopy(self.estimator.state_dict()),
+            "in_flight": dict(self.in_flight), "unavailable": set(self.unavailable),
+            "participation": self.participation.copy(),
+        }
+
+    def rollback(self, point: dict[str, Any]) -> None:
+        """Return to an :meth:`undo_point` (nothing of what happened since remains)."""
+        self.global_arrays = list(point["global_arrays"])
+        self.version, self.round, self._started = (point["version"], point["round"],
+                                                   point["started"])
+        self.scheduler.load_state_dict(copy.deepcopy(point["scheduler"]))
+        self.estimator.load_state_dict(copy.deepcopy(point["estimator"]))
+        self.in_flight = dict(point["in_flight"])
+        self.unavailable = set(point["unavailable"])
+        self.participation = point["participation"].copy()
 
     # ------------------------------------------------------------------ availability
     def mark_unavailable(self, m: int) -> None:

@@ -1,11 +1,17 @@
 """``fedcure certs``: a private CA, a server certificate and a client certificate for local set-ups.
 
     fedcure certs --out certs [--hosts cloud,edge0,edge1,localhost,127.0.0.1] [--days 365]
+                  [--edges M]
 
 Writes ``ca.crt``/``ca.key`` (the CA), ``server.crt``/``server.key`` (one server certificate whose
 subject alternative names cover every host: DNS names, and IP addresses for literal IPs) and
 ``client.crt``/``client.key`` (a client certificate for mutual TLS). Keys are ECDSA P-256, PEM,
 written with mode 0600. Existing files are not overwritten unless ``--force``.
+
+With ``--edges M`` it also issues each edge its own identity (``cloud_server.identity``):
+``edge-<m>.crt``/``edge-<m>.key`` (client certificate, common name ``fedcure-edge-<m>``, for
+``fedcure-cloud --edge-certs`` under mutual TLS), ``edge-<m>.token`` (the edge's ``--token``) and
+``edge-tokens.json`` (every edge's token, for ``fedcure-cloud --edge-tokens``; mode 0600).
 """
 
 from __future__ import annotations
@@ -38,6 +44,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--days", type=int, default=365, help="validity in days (default 365)")
     p.add_argument("--client-name", default="fedcure-client",
                    help="common name of the client certificate (default fedcure-client)")
+    p.add_argument("--edges", type=int, default=0, metavar="M",
+                   help="also issue edges 0..M-1 their own certificate and token (default 0)")
     p.add_argument("--force", action="store_true", help="overwrite existing files")
     p.set_defaults(func=run)
 
@@ -79,15 +87,18 @@ def _name(cn: str) -> Any:
                       x509.NameAttribute(NameOID.COMMON_NAME, cn)])
 
 
-def make_certificates(hosts: list[str], days: int = 365, client_name: str = "fedcure-client"
-                      ) -> dict[str, bytes]:
-    """PEM bytes of the six files (see the module docstring), keyed by file name."""
+def make_certificates(hosts: list[str], days: int = 365, client_name: str = "fedcure-client",
+                      edges: int = 0) -> dict[str, bytes]:
+    """PEM bytes of the six files, plus each edge's certificate, key and token with ``edges``
+    (see the module docstring), keyed by file name."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.x509.oid import ExtendedKeyUsageOID
 
     if days < 1:
         raise ValueError(f"--days must be >= 1, got {days}")
+    if not 0 <= edges <= 10_000:
+        raise ValueError(f"--edges must be in [0, 10000], got {edges}")
     now = dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=5)
     until = now + dt.timedelta(days=days)
     ca_key = _key()
@@ -132,28 +143,46 @@ def make_certificates(hosts: list[str], days: int = 365, client_name: str = "fed
         return k.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                serialization.NoEncryption())
 
-    return {
+    out = {
         "ca.crt": cert_pem(ca), "ca.key": key_pem(ca_key),
         "server.crt": cert_pem(server), "server.key": key_pem(server_key),
         "client.crt": cert_pem(client), "client.key": key_pem(client_key),
     }
+    if edges:
+        import json
+
+        from cloud_server.identity import edge_common_name, new_edge_tokens
+
+        tokens = new_edge_tokens(edges)
+        for m, token in tokens.items():
+            cn = edge_common_name(m)
+            cert, key = leaf(cn, ExtendedKeyUsageOID.CLIENT_AUTH, _san([cn]))
+            out[f"edge-{m}.crt"], out[f"edge-{m}.key"] = cert_pem(cert), key_pem(key)
+            out[f"edge-{m}.token"] = (token + "\n").encode()
+        out["edge-tokens.json"] = json.dumps({str(m): t for m, t in tokens.items()},
+                                             indent=1).encode()
+    return out
 
 
 def write_certificates(out: str | Path, hosts: list[str], *, days: int = 365,
-                       client_name: str = "fedcure-client", force: bool = False) -> list[Path]:
-    """Create the six files in ``out`` (keys mode 0600); the written paths."""
+                       client_name: str = "fedcure-client", force: bool = False,
+                       edges: int = 0) -> list[Path]:
+    """Create the files in ``out`` (keys and tokens mode 0600); the written paths."""
     out = Path(out)
-    existing = [f for f in FILES if (out / f).exists()]
+    names = list(FILES) + ["edge-tokens.json"] * bool(edges) + [
+        f"edge-{m}.{ext}" for m in range(edges) for ext in ("crt", "key", "token")]
+    existing = [f for f in names if (out / f).exists()]
     if existing and not force:
-        raise ValueError(f"{out} already holds {', '.join(existing)}; pass --force to overwrite")
-    files = make_certificates(hosts, days, client_name)
+        raise ValueError(f"{out} already holds {', '.join(existing[:6])}; pass --force to "
+                         "overwrite")
+    files = make_certificates(hosts, days, client_name, edges)
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for name, data in files.items():
         path = out / name
         tmp = out / f".{name}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
-                     0o600 if name.endswith(".key") else 0o644)
+                     0o600 if name.endswith((".key", ".token", "tokens.json")) else 0o644)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
         os.replace(tmp, path)
@@ -164,7 +193,12 @@ def write_certificates(out: str | Path, hosts: list[str], *, days: int = 365,
 def run(args: argparse.Namespace) -> int:
     hosts = parse_hosts(args.hosts)
     paths = write_certificates(args.out, hosts, days=args.days, client_name=args.client_name,
-                               force=args.force)
-    print(f"wrote {', '.join(p.name for p in paths)} to {args.out} "
+                               force=args.force, edges=args.edges)
+    shown = [p.name for p in paths if not p.name.startswith("edge-")]
+    print(f"wrote {', '.join(shown)} to {args.out} "
           f"(server certificate for {', '.join(hosts)}; valid {args.days} days)")
+    if args.edges:
+        print(f"and for edges 0..{args.edges - 1}: edge-<m>.crt/.key (CN fedcure-edge-<m>), "
+              "edge-<m>.token (the edge's --token) and edge-tokens.json (fedcure-cloud "
+              "--edge-tokens)")
     return 0

@@ -1,0 +1,23 @@
+"""The cloud's refusal type: a gRPC status code and a one-line reason of bounded length."""
+
+from __future__ import annotations
+
+import grpc
+
+#: longest reason sent back (gRPC metadata must stay small; never echo a whole request)
+MAX_DETAIL = 400
+
+
+class CloudError(Exception):
+    """An RPC refused with a gRPC status code and a one-line reason (cut to MAX_DETAIL)."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        line = message.splitlines()[0] if message else code.name
+        if len(line) > MAX_DETAIL:
+            line = line[: MAX_DETAIL - 1] + "…"
+        super().__init__(line)
+        self.code = code
+        self.message = line
+
+
+__all__ = ["CloudError", "MAX_DETAIL"]

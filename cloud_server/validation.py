@@ -1,0 +1,190 @@
+"""Validation at the door: every field a client or an edge server sends, checked before use.
+
+Each check raises :class:`Refused` (an INVALID_ARGUMENT refusal) with a one-line message that
+names the field and echoes at most :data:`ECHO` characters of what was sent (:func:`clip`). The
+bounds describe real devices and real coalitions, with a wide margin:
+
+=========================  =======================  ==============================================
+field                      accepted                 why
+=========================  =======================  ==============================================
+client_name                1..128 characters        a host or device name
+label_counts               C entries in [0, 10⁹],   no client holds a billion samples of a class;
+                           positive sum             the sum then fits int64 (no wrap-around)
+f_min_ghz, f_max_ghz       [0.01, 10] GHz           microcontrollers to desktop CPUs
+cycles_per_sample          [1, 10¹²] cycles         10¹² = 1000 s per sample at 1 GHz
+uplink/downlink_mbps       [10⁻³, 10⁶] Mbit/s       1 kbit/s to 1 Tbit/s
+kappa                      [10⁻³⁰, 10⁻³] J/(cycle·GHz²)  energy κ·c·f² stays finite for any
+                                                    accepted c and f
+profile name               1..64 characters
+supernode_public_key       at most 4096 characters  an OpenSSH EC public key is ~200
+task_id                    at most 128 characters   the cloud's ids are ``r<round>-c<m>-v<v>``
+num_samples                [1, 10¹²]
+latency_s                  [0, 10⁷] s               ~116 days
+dropped_client_ids         unique coalition members
+stats                      at most one per (member, edge round < τ_e): no duplicate stats
+stat.seconds               [0, 10⁷] s
+stat.f_applied_ghz         [0, 100] GHz
+stat.samples               [0, 10⁹]
+stat.loss                  finite
+edge address               1..256 characters, host:port
+=========================  =======================  ==============================================
+
+Pure functions: the service calls them before touching any state.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+ECHO = 40
+MAX_NAME = 128
+MAX_PROFILE_NAME = 64
+MAX_KEY_CHARS = 4096
+MAX_TASK_ID = 128
+MAX_ADDRESS = 256
+MAX_CLASS_SAMPLES = 10**9
+GHZ_RANGE = (0.01, 10.0)
+CYCLES_RANGE = (1.0, 1e12)
+MBPS_RANGE = (1e-3, 1e6)
+KAPPA_RANGE = (1e-30, 1e-3)
+MAX_NUM_SAMPLES = 10**12
+MAX_SECONDS = 1e7
+MAX_APPLIED_GHZ = 100.0
+MAX_STAT_SAMPLES = 10**9
+
+
+class Refused(ValueError):
+    """A request field outside its bounds (INVALID_ARGUMENT, one line naming the field)."""
+
+
+def clip(text: Any, limit: int = ECHO) -> str:
+    """``repr`` of what was sent, cut to ``limit`` characters (never echo a whole request)."""
+    if isinstance(text, str):
+        out = repr(text[: limit + 1])
+        return out if len(text) <= limit else out[:-1] + "…" + out[-1]
+    try:
+        out = repr(text)
+    except ValueError:  # an integer too long to print
+        out = "<unprintable>"
+    return out if len(out) <= limit else out[:limit] + "…"
+
+
+def _in(field: str, value: float, low: float, high: float, unit: str = "") -> None:
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and low <= value <= high):
+        raise Refused(f"{field} must be finite and in [{low:g}, {high:g}]{unit}, got "
+                      f"{clip(value)}")
+
+
+def check_name(name: str, field: str = "client_name") -> str:
+    """A stripped, non-empty name of at most :data:`MAX_NAME` characters."""
+    if len(name) > MAX_NAME:
+        raise Refused(f"{field} has {len(name)} characters, at most {MAX_NAME}: {clip(name)}")
+    name = name.strip()
+    if not name:
+        raise Refused(f"{field} is empty")
+    return name
+
+
+def check_label_counts(counts: Sequence[int], classes: int) -> None:
+    """C entries, each in [0, 10⁹], with a positive sum (which then fits int64)."""
+    if len(counts) != classes:
+        raise Refused(f"label_counts has {len(counts)} entries, expected {classes} classes")
+    if any(not 0 <= int(c) <= MAX_CLASS_SAMPLES for c in counts):
+        raise Refused(f"label_counts entries must be in [0, {MAX_CLASS_SAMPLES:g}] samples")
+    if sum(int(c) for c in counts) <= 0:
+        raise Refused("label_counts must have a positive sum")
+
+
+def check_profile(profile: Any, model: str) -> None:
+    """Device-profile fields within real-device bounds (see the module table); ``model`` is
+    the dataset whose cycles per sample the cloud will use."""
+    if len(profile.name) > MAX_PROFILE_NAME:
+        raise Refused(f"device.name has {len(profile.name)} characters, at most "
+                      f"{MAX_PROFILE_NAME}")
+    _in("device.f_min_ghz", profile.f_min_ghz, *GHZ_RANGE, " GHz")
+    _in("device.f_max_ghz", profile.f_max_ghz, *GHZ_RANGE, " GHz")
+    if len(profile.cycles_per_sample) > 64:
+        raise Refused(f"device.cycles_per_sample has {len(profile.cycles_per_sample)} "
+                      "entries, at most 64")
+    for key, cps in profile.cycles_per_sample.items():
+        if len(key) > MAX_PROFILE_NAME:
+            raise Refused(f"device.cycles_per_sample key {clip(key)} is too long")
+        _in(f"device.cycles_per_sample[{clip(key, 20)}]", cps, *CYCLES_RANGE, " cycles")
+    _in("device.uplink_mbps", profile.uplink_mbps, *MBPS_RANGE, " Mbit/s")
+    _in("device.downlink_mbps", profile.downlink_mbps, *MBPS_RANGE, " Mbit/s")
+    _in("device.kappa", profile.kappa, *KAPPA_RANGE, " J/(cycle·GHz²)")
+    try:
+        profile.cycles_for(model)
+    except KeyError:
+        raise Refused(f"device.cycles_per_sample has no entry for {clip(model)}") from None
+
+
+def check_key_text(key: str) -> None:
+    if len(key) > MAX_KEY_CHARS:
+        raise Refused(f"supernode_public_key has {len(key)} characters, at most {MAX_KEY_CHARS}")
+
+
+def check_address(address: str) -> str:
+    """An edge's SuperLink fleet address: ``host:port``, at most 256 characters."""
+    if len(address) > MAX_ADDRESS:
+        raise Refused(f"address has {len(address)} characters, at most {MAX_ADDRESS}")
+    address = address.strip()
+    host, sep, port = address.rpartition(":")
+    if not address:
+        raise Refused("address is empty (the edge's SuperLink fleet address)")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
+        raise Refused(f"address must be host:port, got {clip(address)}")
+    return address
+
+
+def task_id_known(task_id: str) -> bool:
+    """False when ``task_id`` is too long to be one of the cloud's ids (answer NOT_FOUND)."""
+    return len(task_id) <= MAX_TASK_ID
+
+
+def check_submit(num_samples: int, latency_s: float, stats: Iterable[Any],
+                 dropped: Sequence[int], members: Iterable[int], tau_e: int) -> None:
+    """The scalar and repeated fields of a Submit for a task of coalition ``members``.
+
+    ``stats`` are ``ClientStat`` messages: at most one per (member, edge round) with edge
+    rounds in [0, τ_e); ``dropped`` are unique members.
+    """
+    if not 1 <= num_samples <= MAX_NUM_SAMPLES:
+        raise Refused(f"num_samples must be in [1, {MAX_NUM_SAMPLES:g}], got {num_samples}")
+    _in("latency_s", latency_s, 0.0, MAX_SECONDS, " s")
+    group = set(int(c) for c in members)
+    limit = len(group)
+    if len(dropped) > limit:
+        raise Refused(f"dropped_client_ids has {len(dropped)} entries; the coalition has "
+                      f"{limit} members")
+    if len(set(dropped)) != len(dropped):
+        raise Refused("dropped_client_ids repeats a client id")
+    strangers = sorted(set(dropped) - group)
+    if strangers:
+        raise Refused(f"dropped_client_ids {clip(strangers[:5])} are not members of the "
+                      "task's coalition")
+    stats = list(stats) if not isinstance(stats, Sequence) else stats
+    if len(stats) > limit * tau_e:
+        raise Refused(f"stats has {len(stats)} entries; at most one per member and edge round "
+                      f"({limit} × {tau_e})")
+    seen: set[tuple[int, int]] = set()
+    for s in stats:
+        c = int(s.client_id)
+        if c not in group:
+            raise Refused(f"stats: client {c} is not a member of the task's coalition")
+        if not 0 <= s.edge_round < tau_e:
+            raise Refused(f"stats: client {c} edge_round {s.edge_round} outside [0, {tau_e})")
+        if (c, s.edge_round) in seen:
+            raise Refused(f"stats: client {c} edge round {s.edge_round} reported twice")
+        seen.add((c, s.edge_round))
+        _in(f"stats: client {c} seconds", s.seconds, 0.0, MAX_SECONDS, " s")
+        _in(f"stats: client {c} f_applied_ghz", s.f_applied_ghz, 0.0, MAX_APPLIED_GHZ, " GHz")
+        _in(f"stats: client {c} samples", s.samples, 0, MAX_STAT_SAMPLES)
+        if not math.isfinite(s.loss):
+            raise Refused(f"stats: client {c} loss must be finite, got {s.loss}")
+
+
+__all__ = ["ECHO", "Refused", "check_address", "check_key_text", "check_label_counts",
+           "check_name", "check_profile", "check_submit", "clip", "task_id_known"]
