@@ -148,6 +148,11 @@ class ReliabilityConfig(_Section):
     first_deadline_s: float = Field(
         600.0, gt=0.0, description="shortest task deadline while no task has been answered yet "
         "(the latency prior is only the device profiles' guess), seconds")
+    late_staleness_bound: int = Field(
+        16, ge=0, le=1_000_000, description="an answer arriving after its task's deadline is "
+        "still aggregated as a stale update (weight ξ = ℓ·k^φ) while its staleness φ, the "
+        "versions since its base, is at most this; later ones are refused (0: refuse every "
+        "late answer unless no version passed)")
 
 
 class FedCureConfig(_Section):
