@@ -19,6 +19,14 @@
 4. Polls ``Monitor.Status`` and exits 0 when the cloud reports training done (and on
    SIGTERM/SIGINT), stopping the SuperNode and everything it started.
 
+``--runtime warm`` (the default) keeps torch, the model and the data loaded across messages:
+the SuperNode runs through :mod:`client.supernode` (Flower's SuperNode with short idle waits)
+with ``--isolation process``, and a long-lived :mod:`client.executor` (with its
+:mod:`client.trainer`) takes its ClientApp tasks, authenticated by a secret in the 0700 work
+directory; an executor that exits is started again. ``--runtime flower`` is Flower's own path
+(``flower-supernode`` starting ``flower-superexec``, which starts a ``flwr-clientapp`` process
+per message).
+
 ``--probe`` prints this machine's device profile (cores, cpufreq frequencies, governor, memory)
 as JSON and exits.
 """
@@ -72,6 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
                           "authentication, for edges started with --supernode-auth; needs "
                           "--tls-ca): a P-384 key pair is made in --work-dir and the public key "
                           "sent with Register")
+    p.add_argument("--runtime", choices=["warm", "flower"],
+                   default=os.environ.get("FEDCURE_CLIENT_RUNTIME") or "warm",
+                   help="warm (default): one long-lived executor and trainer run every message "
+                        "(torch, model and data stay loaded); flower: Flower starts a "
+                        "flwr-clientapp process per message (default $FEDCURE_CLIENT_RUNTIME)")
     p.add_argument("--work-dir", metavar="DIR",
                    help="where the data file and the SuperNode's log go (default: temporary)")
     p.add_argument("--connect-timeout", type=float, default=60.0, metavar="S",
@@ -198,8 +211,13 @@ def supernode_argv(edge_address: str, port: int, client_id: int, cpufreq: str,
     node_config = f'client-id={client_id} cpufreq="{cpufreq}" data-file="{data_file}"'
     if getattr(args, "cpufreq_root", None):
         node_config += f' cpufreq-root="{Path(args.cpufreq_root).resolve()}"'
-    argv = [_flower_bin("flower-supernode"), "--superlink", edge_address,
-            "--port", str(port), "--node-config", node_config]
+    if getattr(args, "runtime", "flower") == "warm":
+        argv = [sys.executable, "-m", "client.supernode", "--superlink", edge_address,
+                "--port", str(port), "--node-config", node_config, "--isolation", "process",
+                "--superexec-auth-secret-file", str(args.secret_file)]
+    else:
+        argv = [_flower_bin("flower-supernode"), "--superlink", edge_address,
+                "--port", str(port), "--node-config", node_config]
     if args.insecure:
         argv.append("--insecure")
     elif args.tls_ca:
@@ -240,6 +258,17 @@ def start_supernode(argv: list[str], work: Path, env: dict[str, str], stop: thre
         stop.wait(1.0)
 
 
+def start_executor(work: Path, port: int, env: dict[str, str]) -> Any:
+    """The warm executor (:mod:`client.executor`) for the SuperNode's Runtime API on ``port``
+    (log in ``work/executor.log``)."""
+    from fedcure_app.processes import Child
+
+    argv = [sys.executable, "-m", "client.executor", "--runtime-api-address",
+            f"127.0.0.1:{port}", "--secret-file", str(work / "superexec.secret"),
+            "--parent-pid", str(os.getpid())]
+    return Child("client.executor", argv, log_path=work / "executor.log", env=env, cwd=work)
+
+
 def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
     from fedcure_app.node_data import read_applied, save_node_data
     from fedcure_app.processes import Child, flower_env, free_port, split_address
@@ -256,11 +285,20 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
         raise UsageError("--supernode-auth needs --tls-ca: Flower authenticates SuperNodes "
                          "only over TLS")
     name = args.name or f"{socket.gethostname()}-{os.getpid()}"
+    from fedcure_app.config import WarmClientConfig
+
+    warm = WarmClientConfig.from_env(dict(os.environ), runtime=args.runtime)
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="fedcure-client-")).resolve()
     work.mkdir(parents=True, exist_ok=True)
+    if warm.runtime == "warm":
+        from client.executor import write_secret
+
+        work.chmod(0o700)  # the executor's secret lives here
+        args.secret_file = write_secret(work / "superexec.secret")
     channel = open_channel(args.cloud, tls_ca=args.tls_ca, tls_cert=args.tls_cert,
                            tls_key=args.tls_key, insecure=args.insecure)
     supernode: Child | None = None
+    executor: Child | None = None
     try:
         assoc = pb_grpc.AssociationStub(channel)
         reply = claim(assoc, args, name, stop)
@@ -293,12 +331,16 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
             "edge_id": reg.edge_id, "edge_address": reg.edge_address, "home_edge": home,
             "label_counts": data.label_counts.tolist()}))
         port = free_port()
+        env = flower_env(work / "flwr-home", warm.to_env())
+        if warm.runtime == "warm":
+            executor = start_executor(work, port, env)
         supernode = start_supernode(
             supernode_argv(reg.edge_address, port, reg.client_id, args.cpufreq, data_file,
                            args),
-            work, flower_env(work / "flwr-home"), stop, args.supernode_auth)
-        log.info("client %d: SuperNode (pid %d, runtime port %d) -> %s", reg.client_id,
-                 supernode.pid, port, reg.edge_address)
+            work, env, stop, args.supernode_auth)
+        log.info("client %d: SuperNode (pid %d, runtime port %d, runtime %s) -> %s",
+                 reg.client_id, supernode.pid, port, warm.runtime, reg.edge_address)
+        restarts = 0
         monitor = pb_grpc.MonitorStub(channel)
         lost_since: float | None = None
         import grpc
@@ -307,6 +349,16 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
             if supernode.poll() is not None:
                 raise ClientError(f"flower-supernode exited with code {supernode.proc.returncode};"
                                   f" its log ends with:\n{supernode.tail()}")
+            if executor is not None and executor.poll() is not None:
+                restarts += 1
+                if restarts > warm.trainer_restarts:
+                    raise ClientError(f"the executor exited {restarts} times (last code "
+                                      f"{executor.proc.returncode}); its log ends with:\n"
+                                      f"{executor.tail()}")
+                log.warning("client %d: the executor exited with code %d; starting it again",
+                            reg.client_id, executor.proc.returncode)
+                executor.stop(grace_s=1.0)
+                executor = start_executor(work, port, env)
             try:
                 status = monitor.Status(pb.StatusRequest(), timeout=5.0)
                 lost_since = None
@@ -327,6 +379,8 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
         log.info("stopping on request")
         return 0
     finally:
+        if executor is not None:
+            executor.stop(grace_s=3.0)
         if supernode is not None:
             supernode.stop(grace_s=3.0)
         channel.close()

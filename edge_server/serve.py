@@ -187,8 +187,12 @@ class EdgeServer:
                             s.edge_id, missing)
             nodes = [mapping[c] for c in task.clients if c in mapping]
             try:
-                result = run_edge_task(CoalitionGrid(self.grid, nodes), task, mapping,
-                                       poll_s=s.poll_s, timeout_s=s.edge_timeout_s)
+                result = run_edge_task(
+                    CoalitionGrid(self.grid, nodes), task, mapping, poll_s=s.poll_s,
+                    timeout_s=s.edge_timeout_s,
+                    on_round=lambda r, wall, done, t=task: log.info(
+                        "edge %d: task %s edge round %d/%d: %.3f s wall, clients %s",
+                        s.edge_id, t.task_id, r, t.tau_e, wall, done))
                 break
             except EdgeTaskError as err:
                 if attempt:

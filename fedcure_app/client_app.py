@@ -30,7 +30,9 @@ when not allowed), ``off`` ignores the directive.
 from __future__ import annotations
 
 import logging
+import os
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +57,23 @@ from fedcure_app.training import evaluate, train_local
 log = logging.getLogger(__name__)
 
 app = ClientApp()
+
+#: when the message being handled reached a ClientApp (epoch seconds): set by the warm trainer
+#: (:mod:`client.trainer`) per message; None in a ``flwr-clientapp`` process, where the
+#: process's own start time counts
+task_started_at: float | None = None
+
+
+def _process_started_at() -> float | None:
+    """This process's start (epoch seconds) from /proc, or None where there is no /proc."""
+    try:
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 @dataclass
@@ -254,6 +273,10 @@ def train(msg: Message, context: Context) -> Message:
             "edge_round": int(conf.get("edge-round", 0)), "directive_ghz": f_req,
             "applied_ghz": f_applied, "cpufreq": kind, "measured_s": float(res.seconds),
             "seconds": seconds,
+            # ClientApp start to reply: process start (flwr-clientapp) or task pick-up (warm)
+            "app_started_at": task_started_at if task_started_at is not None
+            else _process_started_at(),
+            "finished_at": time.time(),
         })
     content = RecordDict({"arrays": ArrayRecord(get_weights(model)), "metrics": metrics})
     return Message(content, reply_to=msg)

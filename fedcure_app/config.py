@@ -20,7 +20,7 @@ import json
 import math
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -153,6 +153,64 @@ class ReliabilityConfig(_Section):
         "still aggregated as a stale update (weight ξ = ℓ·k^φ) while its staleness φ, the "
         "versions since its base, is at most this; later ones are refused (0: refuse every "
         "late answer unless no version passed)")
+
+
+class WarmClientConfig(_Section):
+    """How a deployed client (``fedcure-client``) runs its ClientApp; local to each client, so
+    not part of :class:`FedCureConfig` (which the cloud hands every role). Times in seconds."""
+
+    runtime: Literal["warm", "flower"] = Field(
+        "warm", description="warm: one long-lived executor + trainer (torch, model and data "
+        "stay loaded); flower: Flower's SuperExec starting a flwr-clientapp per message")
+    supernode_idle_min_s: float = Field(
+        0.01, gt=0.0, le=3.0, description="first SuperNode wait after a pull found nothing")
+    supernode_idle_max_s: float = Field(
+        0.2, gt=0.0, le=3.0, description="longest SuperNode wait between empty pulls "
+        "(Flower's own: 3)")
+    supernode_reply_poll_s: float = Field(
+        0.01, gt=0.0, le=0.5, description="SuperNode's poll for the ClientApp's reply "
+        "(Flower's own: 0.5)")
+    executor_poll_min_s: float = Field(
+        0.005, gt=0.0, le=5.0, description="first executor wait after a task, before asking "
+        "the SuperNode for the next")
+    executor_poll_max_s: float = Field(
+        0.1, gt=0.0, le=5.0, description="longest executor wait between task requests")
+    trainer_restarts: int = Field(
+        20, ge=0, le=10_000, description="trainer (and executor) restarts before the client "
+        "gives up")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "WarmClientConfig":
+        if self.supernode_idle_min_s > self.supernode_idle_max_s:
+            raise ValueError("supernode-idle-min-s must not exceed supernode-idle-max-s")
+        if self.executor_poll_min_s > self.executor_poll_max_s:
+            raise ValueError("executor-poll-min-s must not exceed executor-poll-max-s")
+        return self
+
+    #: environment variable -> field (how fedcure-client hands the values to its children)
+    ENV: ClassVar[dict[str, str]] = {
+        "FEDCURE_SUPERNODE_IDLE_MIN_S": "supernode_idle_min_s",
+        "FEDCURE_SUPERNODE_IDLE_MAX_S": "supernode_idle_max_s",
+        "FEDCURE_SUPERNODE_REPLY_POLL_S": "supernode_reply_poll_s",
+        "FEDCURE_EXECUTOR_POLL_MIN_S": "executor_poll_min_s",
+        "FEDCURE_EXECUTOR_POLL_MAX_S": "executor_poll_max_s",
+        "FEDCURE_TRAINER_RESTARTS": "trainer_restarts",
+    }
+
+    def to_env(self) -> dict[str, str]:
+        """The values as ``FEDCURE_*`` environment variables."""
+        return {var: str(getattr(self, name)) for var, name in self.ENV.items()}
+
+    @classmethod
+    def from_env(cls, env: dict[str, str], **overrides: Any) -> "WarmClientConfig":
+        """Read the ``FEDCURE_*`` variables (unset: default), then ``overrides``;
+        :class:`ConfigError` when a value is bad."""
+        data = {name: env[var] for var, name in cls.ENV.items() if env.get(var, "") != ""}
+        data.update(overrides)
+        try:
+            return cls.model_validate(data)
+        except ValidationError as err:
+            raise ConfigError(_one_line(err)) from None
 
 
 class FedCureConfig(_Section):

@@ -246,12 +246,14 @@ def run_edge_task(
     poll_s: float = 0.01,
     timeout_s: float | None = None,
     extra_config: Mapping[str, Any] | None = None,
+    on_round: Callable[[int, float, list[int]], None] | None = None,
 ) -> EdgeResult:
     """Run ``task``: τ_e synchronous FedAvg rounds over its coalition through ``grid``.
 
     ``node_of_client`` maps client id → Flower node id; ``timeout_s`` bounds each edge round's
-    wait for replies (None: wait for all). See the module docstring for the messages and for
-    what happens to clients that fail. ``extra_config`` adds entries to every message's
+    wait for replies (None: wait for all); ``on_round(r, wall_s, clients)`` hears each round's
+    wall seconds (push to aggregate) and the clients that answered. See the module docstring for
+    the messages and for what happens to clients that fail. ``extra_config`` adds entries to every message's
     ConfigRecord (e.g. a fingerprint of the data the clients must hold). Returns the edge model
     as numpy arrays, with ``num_samples`` = Σ|D_n| over the clients that answered the last
     round.
@@ -278,6 +280,7 @@ def run_edge_task(
                 f"task {task.task_id} (coalition {task.coalition}): no client left to train "
                 f"edge round {r} (dropped: {dropped})"
             )
+        t_round = time.monotonic()
         record = ArrayRecord(edge, keep_input=True)
         msgs = [_train_message(record, task, c, node_of_client[c], r, ttl, extra_config)
                 for c in active]
@@ -335,6 +338,8 @@ def run_edge_task(
             if c in problems:
                 dropped.append(c)
         active = survivors
+        if on_round is not None:
+            on_round(r, time.monotonic() - t_round, list(survivors))
     return EdgeResult(
         task_id=task.task_id,
         coalition=task.coalition,

@@ -1,0 +1,209 @@
+"""Deployed edge rounds: how much of an edge round is the clients' training, and how much is not.
+
+Issue 12. Runs ``fedcure launch`` (the cloud, one edge with its Flower SuperLink, ``--clients``
+clients with their SuperNodes, all real processes on 127.0.0.1) once per client runtime and
+dataset, τ_c = ``--tau-c``, ``--rounds`` tasks of τ_e = ``--tau-e`` edge rounds:
+
+- ``flower``: Flower's own path (today's before issue 12): ``flower-supernode`` with its 3 s idle
+  sleep, ``flower-superexec``, one ``flwr-clientapp`` process per message;
+- ``warm``: ``fedcure-client``'s default: the SuperNode with short idle waits
+  (:mod:`client.supernode`) and one long-lived executor + trainer (:mod:`client.executor`).
+
+Per edge round (from the edge's log, push to aggregate): wall seconds, the slowest client's
+training seconds (measured compute, from each client's applied-directives log) and
+overhead = wall − slowest training. Per message: ClientApp start (the ``flwr-clientapp``
+process's start, or the warm executor taking the task) to reply. It prints medians and p95s,
+the old/new overhead ratio and the goal (median ≤ 1.0 s, p95 ≤ 2.0 s, ≥ 5× less than the old
+path), with the load average before and after (the goal is for an otherwise idle 2-core machine).
+
+``--profiles`` instead runs one ``fedcure launch --edges 2`` with the warm runtime and device
+profiles that differ per coalition (slow ``rpi4`` clients at edge 0, fast ``laptop`` clients at
+edge 1, formation ``none``), and prints T̂ (the cloud's latency estimate) per coalition and task
+and the frequency directives each client was sent and applied.
+
+    python3 bench/deploy_round.py [--datasets digits,mnist] [--mnist-dir DIR] [--clients 4]
+        [--rounds 4] [--tau-e 4] [--tau-c 5] [--runtimes flower,warm] [--out DIR]
+    python3 bench/deploy_round.py --profiles [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+ROUND_LINE = re.compile(r"task (\S+) edge round (\d+)/(\d+): ([0-9.]+) s wall")
+
+#: the issue's goal for the warm runtime (seconds, ratio)
+GOAL_MEDIAN_S, GOAL_P95_S, GOAL_RATIO = 1.0, 2.0, 5.0
+
+
+def launch(out: Path, runtime: str, dataset: str, data_dir: str | None, args: argparse.Namespace,
+           edges: int = 1, config: Path | None = None, extra: list[str] | None = None
+           ) -> float:
+    """One ``fedcure launch`` with ``FEDCURE_CLIENT_RUNTIME=runtime``; its wall seconds."""
+    argv = [sys.executable, "-m", "fedcure_app.cli", "launch", "--edges", str(edges),
+            "--clients", str(args.clients), "--rounds", str(args.rounds), "--dataset", dataset,
+            "--tau-e", str(args.tau_e), "--tau-c", str(args.tau_c), "--lr", "0.05",
+            "--eval-every", str(args.rounds), "--no-progress", "--timeout", str(args.timeout),
+            "--out", str(out), *(extra or [])]
+    if data_dir:
+        argv += ["--data-dir", data_dir]
+    if config is not None:
+        argv += ["--config", str(config)]
+    env = dict(os.environ, FEDCURE_CLIENT_RUNTIME=runtime)
+    t0 = time.monotonic()
+    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=args.timeout + 120)
+    wall = time.monotonic() - t0
+    if done.returncode != 0:
+        raise SystemExit(f"fedcure launch ({runtime}, {dataset}) failed with code "
+                         f"{done.returncode}:\n{done.stderr[-3000:]}")
+    return wall
+
+
+def collect(out: Path) -> dict[str, Any]:
+    """Per edge round (wall, slowest training, overhead) and per message (start to reply)."""
+    rounds: dict[tuple[str, int], float] = {}
+    for log in sorted((out / "logs").glob("edge*.log")):
+        for m in ROUND_LINE.finditer(log.read_text(errors="replace")):
+            rounds[(m.group(1), int(m.group(2)))] = float(m.group(4))
+    training: dict[tuple[str, int], float] = {}
+    per_message: list[float] = []
+    for applied in sorted((out / "work").glob("client*/node-data.npz.applied.jsonl")):
+        for line in applied.read_text().splitlines():
+            a = json.loads(line)
+            key = (a["task"], int(a["edge_round"]))
+            training[key] = max(training.get(key, 0.0), float(a["measured_s"]))
+            if a.get("app_started_at") is not None and a.get("finished_at") is not None:
+                per_message.append(float(a["finished_at"]) - float(a["app_started_at"]))
+    keys = sorted(k for k in rounds if k in training)
+    wall = np.array([rounds[k] for k in keys])
+    slowest = np.array([training[k] for k in keys])
+    return {"rounds": len(keys), "wall_s": wall.tolist(), "slowest_training_s": slowest.tolist(),
+            "overhead_s": (wall - slowest).tolist(), "message_s": per_message}
+
+
+def _stats(values: list[float]) -> tuple[float, float]:
+    if not values:
+        return float("nan"), float("nan")
+    v = np.asarray(values)
+    return float(np.median(v)), float(np.percentile(v, 95))
+
+
+def rounds_bench(args: argparse.Namespace, out: Path) -> int:
+    datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
+    runtimes = [r.strip() for r in args.runtimes.split(",") if r.strip()]
+    results: dict[str, Any] = {"load_before": os.getloadavg(), "runs": []}
+    for dataset in datasets:
+        data_dir = args.mnist_dir if dataset == "mnist" else None
+        if dataset == "mnist" and not data_dir:
+            print("mnist: skipped (no --mnist-dir)")
+            continue
+        for runtime in runtimes:
+            run_out = out / f"{dataset}-{runtime}"
+            load = os.getloadavg()[0]
+            wall = launch(run_out, runtime, dataset, data_dir, args)
+            got = collect(run_out)
+            got.update(dataset=dataset, runtime=runtime, launch_wall_s=wall,
+                       load_at_start=load)
+            results["runs"].append(got)
+            print(f"{dataset:6s} {runtime:6s} launch {wall:6.1f} s, {got['rounds']} edge rounds",
+                  flush=True)
+    results["load_after"] = os.getloadavg()
+    (out / "deploy_round.json").write_text(json.dumps(results, indent=1))
+
+    print(f"\nper edge round (seconds; {args.clients} clients, tau_c {args.tau_c}, "
+          f"{args.rounds} tasks x tau_e {args.tau_e}); load average "
+          f"{results['load_before'][0]:.2f} before, {results['load_after'][0]:.2f} after")
+    head = (f"{'dataset':7s} {'runtime':7s} {'rounds':>6s} {'wall med':>9s} {'train med':>9s} "
+            f"{'ovh med':>8s} {'ovh p95':>8s} {'msg med':>8s} {'msg p95':>8s} {'launch':>7s}")
+    print(head)
+    print("-" * len(head))
+    ok = True
+    for dataset in datasets:
+        runs = {r["runtime"]: r for r in results["runs"] if r["dataset"] == dataset}
+        for runtime, r in runs.items():
+            wm, _ = _stats(r["wall_s"])
+            tm, _ = _stats(r["slowest_training_s"])
+            om, op = _stats(r["overhead_s"])
+            mm, mp = _stats(r["message_s"])
+            print(f"{dataset:7s} {runtime:7s} {r['rounds']:6d} {wm:9.3f} {tm:9.3f} {om:8.3f} "
+                  f"{op:8.3f} {mm:8.3f} {mp:8.3f} {r['launch_wall_s']:7.1f}")
+        if "warm" in runs and "flower" in runs:
+            old, _ = _stats(runs["flower"]["overhead_s"])
+            new, new95 = _stats(runs["warm"]["overhead_s"])
+            ratio = old / new if new > 0 else float("inf")
+            met = new <= GOAL_MEDIAN_S and new95 <= GOAL_P95_S and ratio >= GOAL_RATIO
+            ok = ok and met
+            print(f"{dataset}: overhead per edge round {old:.3f} s -> {new:.3f} s median "
+                  f"({ratio:.1f}x less), p95 {new95:.3f} s; goal (median <= {GOAL_MEDIAN_S} s, "
+                  f"p95 <= {GOAL_P95_S} s, >= {GOAL_RATIO:.0f}x): {'met' if met else 'NOT met'}")
+    print(f"\nresults in {out / 'deploy_round.json'}")
+    return 0 if ok else 1
+
+
+def profiles_bench(args: argparse.Namespace, out: Path) -> int:
+    """Two coalitions of different emulated devices: T̂ and directives per coalition."""
+    clients = args.clients
+    slow, fast = "rpi4", "laptop"
+    # formation none: client i stays at its initial edge; edge-noniid gives edge e the clients
+    # e*n/2 .. (e+1)*n/2 - 1, so the first half is coalition 0 (slow), the rest coalition 1
+    profiles = [slow if i < clients // 2 else fast for i in range(clients)]
+    devices = out / "devices.toml"
+    devices.write_text("".join(f'[[profiles]]\npreset = "{p}"\nname = "{p}-{i}"\n\n'
+                               for i, p in enumerate(profiles)))
+    config = out / "profiles.toml"
+    config.write_text(f'[devices]\nprofiles-file = "{devices}"\n')
+    run_out = out / "profiles"
+    wall = launch(run_out, "warm", "digits", None, args, edges=2, config=config,
+                  extra=["--formation", "none", "--partition", "iid", "--deadline-min", "600"])
+    result = json.loads((run_out / "result.json").read_text())
+    print(f"fedcure launch --edges 2 --clients {clients} (warm runtime): {wall:.1f} s; "
+          f"coalitions {result.get('coalitions')}, device profiles {profiles}")
+    print(f"{'round':>5s} {'coalition':>9s} {'T^ (s)':>8s} {'latency (s)':>11s}  directives (GHz)")
+    for r in result["records"]:
+        print(f"{r['round']:5d} {r['coalition']:9d} {r['estimate_s']:8.3f} "
+              f"{r['latency_s']:11.3f}  "
+              f"{ {int(c): round(f, 3) for c, f in r['frequencies_ghz'].items()} }")
+    applied: dict[int, list[float]] = {}
+    for c in range(clients):
+        path = run_out / "work" / f"client{c}" / "node-data.npz.applied.jsonl"
+        if path.is_file():
+            applied[c] = [round(json.loads(x)["applied_ghz"], 3)
+                          for x in path.read_text().splitlines()]
+    print("applied per client (GHz):", applied)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--datasets", default="digits,mnist")
+    p.add_argument("--mnist-dir", help="folder holding the MNIST IDX files")
+    p.add_argument("--clients", type=int, default=4)
+    p.add_argument("--rounds", type=int, default=4, help="tasks (global rounds)")
+    p.add_argument("--tau-e", type=int, default=4)
+    p.add_argument("--tau-c", type=int, default=5)
+    p.add_argument("--runtimes", default="flower,warm")
+    p.add_argument("--timeout", type=float, default=900.0, help="per launch (s)")
+    p.add_argument("--profiles", action="store_true",
+                   help="two coalitions of different device profiles: T^ and directives")
+    p.add_argument("--out", help="folder for the runs (default: a temporary one)")
+    args = p.parse_args(argv)
+    out = Path(args.out or tempfile.mkdtemp(prefix="deploy-round-")).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    return profiles_bench(args, out) if args.profiles else rounds_bench(args, out)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

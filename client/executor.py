@@ -1,0 +1,345 @@
+"""The warm client's executor: takes the SuperNode's ClientApp tasks and has a warm trainer run them.
+
+``fedcure-client`` (runtime ``warm``, the default) starts its SuperNode with
+``--isolation process`` (Flower then starts no ``flower-superexec``) and
+``--superexec-auth-secret-file``, and starts this process instead::
+
+    python -m client.executor --runtime-api-address 127.0.0.1:PORT --secret-file FILE \\
+        [--parent-pid PID]
+
+It does, in one long-lived process, what Flower's SuperExec + ``flwr-clientapp`` do per message:
+ask the SuperNode's Runtime API for a task (``AcquireTask``, signed with the shared secret),
+pull the message and context with the task's token, have the ClientApp run, push the reply and
+the task's status, and send task heartbeats meanwhile. The ClientApp itself runs in a
+:class:`Trainer` child (:mod:`client.trainer`) that keeps torch, the model and the data loaded;
+this process never imports torch. Only FedCure's own ClientApp is run: a run whose app names
+another ``clientapp`` component gets an error reply.
+
+Failures: the trainer dying mid-message is seen at once (its socket closes); the message is
+answered with Flower's ``CLIENT_APP_CRASHED`` error (the edge drops the client from that task, as
+for any error reply) and the trainer is started again, at most ``trainer_restarts`` times. A
+ClientApp that raises is answered with ``CLIENT_APP_RAISED_EXCEPTION``, as Flower does. If this
+process dies, ``fedcure-client`` starts it again, and Flower's task-token expiry answers the
+message it held.
+
+Who may drive it: the Runtime API listens on 127.0.0.1 only, and the SuperNode hands tasks only
+to a caller that signs ``AcquireTask`` with the secret in the client's work directory (a 0600
+file in a 0700 directory, :func:`read_secret` refuses anything looser); every later call needs
+the token that answer carries. The trainer listens nowhere (a private socket pair).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import threading
+import time
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("fedcure.client.executor")
+
+#: the ClientApp this executor runs (the component ``fedcure-edge`` submits)
+CLIENTAPP = "fedcure_app.client_app:app"
+#: Runtime API methods signed with the shared secret (as Flower's SuperExec signs them)
+SIGNED_METHODS = frozenset({"/flwr.proto.Runtime/AcquireTask"})
+
+
+class ExecutorError(RuntimeError):
+    """The executor cannot go on (one line)."""
+
+
+class TrainerDied(RuntimeError):
+    """The trainer process ended while it held a message."""
+
+
+def write_secret(path: Path) -> Path:
+    """A fresh 32-byte secret in ``path`` (mode 0600; its directory made 0700)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.chmod(path.parent, 0o700)
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(os.urandom(32))
+    return path
+
+
+def read_secret(path: Path) -> bytes:
+    """The shared secret; :class:`ExecutorError` unless the file and its directory are this
+    user's own and closed to everyone else (file 0600 or stricter, directory 0700)."""
+    try:
+        st = path.stat()
+        dst = path.parent.stat()
+    except OSError as err:
+        raise ExecutorError(f"cannot read the secret file {path}: {err.strerror}") from None
+    uid = os.getuid()
+    if st.st_uid != uid or dst.st_uid != uid:
+        raise ExecutorError(f"secret file {path} (or its directory) is not owned by uid {uid}")
+    if stat.S_IMODE(st.st_mode) & 0o077 or stat.S_IMODE(dst.st_mode) & 0o077:
+        raise ExecutorError(f"secret file {path} (mode {stat.S_IMODE(st.st_mode):o}) or its "
+                            f"directory (mode {stat.S_IMODE(dst.st_mode):o}) is open to other "
+                            "users; need 0600 in a 0700 directory")
+    secret = path.read_bytes()
+    if len(secret) < 16:
+        raise ExecutorError(f"secret file {path} holds {len(secret)} bytes; need >= 16")
+    return secret
+
+
+def check_app(fab_content: bytes) -> None:
+    """Refuse a run whose app is not FedCure's ClientApp (this executor runs only that)."""
+    from flwr.common.config import get_fab_config
+
+    conf = get_fab_config(fab_content)
+    comp = conf.get("tool", {}).get("flwr", {}).get("app", {}).get("components", {})
+    if comp.get("clientapp") != CLIENTAPP:
+        raise ExecutorError(f"the run's ClientApp is {comp.get('clientapp')!r}; this client "
+                            f"runs only {CLIENTAPP}")
+
+
+class Trainer:
+    """The :mod:`client.trainer` child: started on first use, started again when it died."""
+
+    def __init__(self, max_restarts: int, load_timeout_s: float = 300.0,
+                 argv: list[str] | None = None) -> None:
+        self.max_restarts = max_restarts
+        self.load_timeout_s = load_timeout_s
+        self.argv = argv or [sys.executable, "-m", "client.trainer"]
+        self.proc: subprocess.Popen | None = None
+        self.conn: Connection | None = None
+        self.starts = 0
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.proc is None else self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self) -> None:
+        """Start the child and wait until it has loaded the ClientApp."""
+        if self.starts > self.max_restarts:
+            raise ExecutorError(f"the trainer died {self.starts - 1} times; giving up")
+        self.close()
+        mine, theirs = socket.socketpair()
+        try:
+            self.proc = subprocess.Popen([*self.argv, "--fd", str(theirs.fileno())],
+                                         pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL)
+        finally:
+            theirs.close()
+        self.conn = Connection(mine.detach())
+        self.starts += 1
+        kind, pid = self._recv(self.load_timeout_s)
+        if kind != "ready":
+            raise ExecutorError(f"the trainer answered {kind!r} instead of 'ready'")
+        log.info("trainer (pid %d) ready%s", pid,
+                 f" (start {self.starts})" if self.starts > 1 else "")
+
+    def _recv(self, timeout_s: float | None) -> Any:
+        """The child's next answer; :class:`TrainerDied` when it exits first."""
+        assert self.conn is not None and self.proc is not None
+        end = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            try:
+                if self.conn.poll(0.2):
+                    return self.conn.recv()
+            except (EOFError, OSError):
+                pass
+            else:
+                if self.proc.poll() is None:
+                    if end is not None and time.monotonic() > end:
+                        raise TrainerDied(f"no answer from the trainer within {timeout_s:.0f} s")
+                    continue
+            code = self.proc.wait()
+            raise TrainerDied(f"the trainer (pid {self.proc.pid}) exited with code {code}")
+
+    def train(self, message: Any, context: Any, task_id: int, started_at: float
+              ) -> tuple[Any, Any]:
+        """Run the ClientApp on ``message``; (reply, context), or raise :class:`TrainerDied`
+        or :class:`RuntimeError` (the ClientApp raised)."""
+        if not self.alive():
+            self.start()
+        assert self.conn is not None
+        try:
+            self.conn.send(("train", message, context, task_id, started_at))
+        except OSError:
+            pass  # _recv reports the exit
+        answer = self._recv(None)
+        if answer[0] == "ok":
+            return answer[1], answer[2]
+        raise RuntimeError(answer[1])
+
+    def close(self, grace_s: float = 3.0) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                self.proc.wait(grace_s)  # it exits when its socket closes
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+def _runtime_client(address: str, interceptors: list[Any]) -> Any:
+    from flwr.supercore.retry import make_simple_http_retry_invoker
+    from flwr.supercore.runtime import RuntimeHttpClient
+    from flwr.supercore.runtime.tracing import RuntimeTracingInterceptor
+
+    return RuntimeHttpClient.from_server_address(
+        server_address=address, insecure=True, root_certificates=None,
+        interceptors=[RuntimeTracingInterceptor(), *interceptors],
+        retry_invoker=make_simple_http_retry_invoker())
+
+
+def run_task(address: str, token: str, task_id: int, trainer: Trainer) -> str:
+    """One ClientApp task, as ``flwr-clientapp`` runs it; return its final sub-status."""
+    from flwr.app import Error, Message
+    from flwr.common.constant import ErrorCode, SubStatus
+    from flwr.supercore.heartbeat import HeartbeatSender, make_task_heartbeat_fn_http
+    from flwr.supercore.interceptors import (
+        RuntimeTokenHttpInterceptor,
+        RuntimeVersionHttpInterceptor,
+    )
+    from flwr.supernode.runtime.run_clientapp import (
+        pull_task_input,
+        push_message,
+        push_task_output,
+    )
+
+    started = time.time()
+    client = _runtime_client(address, [
+        RuntimeVersionHttpInterceptor(component_name="flwr-clientapp"),
+        RuntimeTokenHttpInterceptor(token)])
+    heartbeat = HeartbeatSender(make_task_heartbeat_fn_http(client))
+    message = context = reply = None
+    sub_status, details = SubStatus.FAILED, "ClientApp task failed due to unknown reason"
+    try:
+        heartbeat.start()
+        message, context, _run, fab = pull_task_input(client)
+        check_app(fab.content)
+        log.info("task %d: %s message %s to the trainer", task_id,
+                 message.metadata.message_type, message.metadata.group_id)
+        reply, context = trainer.train(message, context, task_id, started)
+        sub_status, details = SubStatus.COMPLETED, ""
+    except TrainerDied as err:
+        log.warning("task %d: %s; answering with an error and starting a new trainer",
+                    task_id, err)
+        details = str(err)
+        if message is not None:
+            reply = Message(Error(code=ErrorCode.CLIENT_APP_CRASHED, reason=details),
+                            reply_to=message)
+    except Exception as err:  # noqa: BLE001 - answered as flwr-clientapp answers it
+        details = f"{type(err)}:<'{err}'>"
+        log.error("task %d: %s", task_id, details)
+        if message is not None:
+            reply = Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=details),
+                            reply_to=message)
+    finally:
+        try:
+            if reply is not None and context is not None:
+                push_message(client, reply, context)
+        except Exception as err:  # noqa: BLE001
+            log.error("task %d: could not push the reply: %s", task_id, err)
+            sub_status = SubStatus.FAILED
+        push_task_output(client=client, context=context, sub_status=sub_status,
+                         details=details)
+        if heartbeat.is_running:
+            heartbeat.stop()
+        client.close()
+    log.info("task %d: %s in %.3f s (message %s)", task_id, sub_status, time.time() - started,
+             getattr(getattr(message, "metadata", None), "group_id", "?"))
+    return sub_status
+
+
+def serve(address: str, secret: bytes, stop: threading.Event, cfg: Any,
+          trainer: Trainer) -> None:
+    """Ask the SuperNode for ClientApp tasks until ``stop`` is set, running each."""
+    import httpx
+    from flwr.proto.runtime_pb2 import AcquireTaskRequest  # pylint: disable=E0611
+    from flwr.supercore.constant import TaskType
+    from flwr.supercore.interceptors import (
+        RuntimeVersionHttpInterceptor,
+        SuperExecAuthHttpInterceptor,
+    )
+
+    client = _runtime_client(address, [
+        RuntimeVersionHttpInterceptor(component_name="SuperExec"),
+        SuperExecAuthHttpInterceptor(master_secret=secret, protected_methods=SIGNED_METHODS)])
+    wait = cfg.executor_poll_min_s
+    try:
+        while not stop.is_set():
+            try:
+                res = client.AcquireTask(AcquireTaskRequest(
+                    supported_task_types=[TaskType.CLIENT_APP.value]))
+            except httpx.HTTPError as err:
+                log.debug("Runtime API not answering: %s", err)
+                stop.wait(0.5)
+                continue
+            if res.HasField("task") and res.token:
+                run_task(address, res.token, int(res.task.task_id), trainer)
+                wait = cfg.executor_poll_min_s
+                continue
+            stop.wait(wait)
+            wait = min(cfg.executor_poll_max_s, wait * 2)
+    finally:
+        client.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    from fedcure_app.config import ConfigError, WarmClientConfig
+
+    p = argparse.ArgumentParser(prog="python -m client.executor",
+                                description="FedCure warm executor (started by fedcure-client)")
+    p.add_argument("--runtime-api-address", required=True, metavar="HOST:PORT",
+                   help="the SuperNode's Runtime API")
+    p.add_argument("--secret-file", required=True, type=Path,
+                   help="shared secret of the SuperNode's --superexec-auth-secret-file")
+    p.add_argument("--parent-pid", type=int, help="exit when this process is gone")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        datefmt="%H:%M:%S")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
+    try:
+        cfg = WarmClientConfig.from_env(dict(os.environ))
+        secret = read_secret(args.secret_file)
+    except (ConfigError, ExecutorError) as err:
+        print(f"client.executor: error: {err}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+
+    def on_signal(_signum: int, _frame: Any) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    if args.parent_pid:
+        from fedcure_app.processes import alive
+
+        def watch() -> None:
+            while alive(args.parent_pid) and not stop.is_set():
+                time.sleep(0.5)
+            stop.set()
+
+        threading.Thread(target=watch, name="watch-parent", daemon=True).start()
+    trainer = Trainer(cfg.trainer_restarts)
+    try:
+        trainer.start()  # load torch, the model and the data before the first message
+        serve(args.runtime_api_address, secret, stop, cfg, trainer)
+    except ExecutorError as err:
+        print(f"client.executor: error: {err}", file=sys.stderr)
+        return 1
+    finally:
+        trainer.close()
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

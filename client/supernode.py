@@ -1,0 +1,187 @@
+"""``python -m client.supernode ARGS``: Flower's ``flower-supernode`` with short idle waits.
+
+Flower 1.41's SuperNode main loop (``flwr.supernode.start_client_internal``) sleeps a hard-coded
+3 s whenever a pull from the SuperLink finds no message, and polls its own state every 0.5 s
+for the ClientApp's reply. Neither has a setting. In a FedCure edge round every client's next
+message arrives a moment after the slowest client answered, so the 3 s sleep lands inside almost
+every round. This entry point runs the very same SuperNode (same arguments, same code) with the
+module's ``time`` replaced by :class:`IdleClock`, whose ``sleep``
+
+- turns the idle 3 s into a back-off that starts at ``idle_min_s`` after a message was pulled
+  and doubles up to ``idle_max_s`` (a SuperNode with nothing to do still pulls at most every
+  ``idle_max_s``, so an idle client costs the SuperLink little);
+- turns the 0.5 s reply polls (an in-memory check) into ``reply_poll_s``.
+
+The patch is applied only to the Flower versions it was written against
+(:data:`SUPPORTED`, the pin in pyproject.toml) and only when the loop's source still has the
+two sleeps it replaces (:func:`check_flower`); otherwise it logs why and runs Flower unchanged.
+``tests/deployment/test_warm_client.py`` fails when Flower changes underneath.
+
+Settings come from the environment (seconds): ``FEDCURE_SUPERNODE_IDLE_MIN_S`` (default
+0.01), ``FEDCURE_SUPERNODE_IDLE_MAX_S`` (0.2), ``FEDCURE_SUPERNODE_REPLY_POLL_S`` (0.01); see
+:class:`fedcure_app.config.WarmClientConfig` for their ranges.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import sys
+import threading
+import time as _time
+from types import ModuleType
+from typing import Any
+
+log = logging.getLogger("fedcure.client.supernode")
+
+#: Flower versions whose SuperNode loop this module knows: [low, high)
+SUPPORTED = ((1, 41), (1, 42))
+#: the hard-coded waits of ``flwr.supernode.start_client_internal`` (seconds)
+FLOWER_IDLE_SLEEP_S = 3
+FLOWER_REPLY_POLL_S = 0.5
+
+
+class IdleClock:
+    """Stands in for the ``time`` module inside Flower's SuperNode loop.
+
+    ``sleep(3)`` (nothing pulled) waits the current back-off, which doubles from ``idle_min_s``
+    to ``idle_max_s``; :meth:`pulled` (a message arrived) resets it. ``sleep(0.5)`` (waiting for
+    the ClientApp's reply) waits ``reply_poll_s``. Other sleeps and attributes are the real
+    ``time`` module's.
+    """
+
+    def __init__(self, idle_min_s: float, idle_max_s: float, reply_poll_s: float,
+                 sleep: Any = _time.sleep) -> None:
+        if not 0 < idle_min_s <= idle_max_s:
+            raise ValueError(f"need 0 < idle_min_s <= idle_max_s, got {idle_min_s}, "
+                             f"{idle_max_s}")
+        if reply_poll_s <= 0:
+            raise ValueError(f"reply_poll_s must be > 0, got {reply_poll_s}")
+        self.idle_min_s = idle_min_s
+        self.idle_max_s = idle_max_s
+        self.reply_poll_s = reply_poll_s
+        self._sleep = sleep
+        self._next = idle_min_s
+        self._lock = threading.Lock()
+
+    def pulled(self) -> None:
+        """A message was pulled: the next idle waits start short again."""
+        with self._lock:
+            self._next = self.idle_min_s
+
+    def next_idle_s(self) -> float:
+        """The wait the next idle sleep takes (and double the one after)."""
+        with self._lock:
+            wait = self._next
+            self._next = min(self.idle_max_s, self._next * 2)
+            return wait
+
+    def sleep(self, seconds: float) -> None:
+        if seconds == FLOWER_IDLE_SLEEP_S:
+            self._sleep(self.next_idle_s())
+        elif seconds == FLOWER_REPLY_POLL_S:
+            self._sleep(self.reply_poll_s)
+        else:
+            self._sleep(seconds)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(_time, name)
+
+
+def _version(text: str) -> tuple[int, ...]:
+    out = []
+    for part in text.split(".")[:3]:
+        digits = "".join(ch for ch in part if ch.isdigit())
+        out.append(int(digits) if digits else 0)
+    return tuple(out)
+
+
+def check_flower(module: ModuleType | None = None, version: str | None = None) -> list[str]:
+    """Why the patch cannot be applied to this Flower (empty when it can)."""
+    problems: list[str] = []
+    if version is None:
+        import flwr
+
+        version = getattr(flwr, "__version__", "") or ""
+        if not version:
+            from importlib.metadata import version as dist_version
+
+            version = dist_version("flwr")
+    low, high = SUPPORTED
+    if not low <= _version(version)[:2] < high:
+        problems.append(f"flwr {version} is outside the supported range "
+                        f"{'.'.join(map(str, low))} <= v < {'.'.join(map(str, high))}")
+    if module is None:
+        from flwr.supernode import start_client_internal as module  # type: ignore[no-redef]
+    try:
+        source = inspect.getsource(module)
+    except (OSError, TypeError) as err:
+        return [*problems, f"cannot read the SuperNode loop's source: {err}"]
+    wants = {
+        "the idle sleep": f"time.sleep({FLOWER_IDLE_SLEEP_S})",
+        "the reply poll": f"time.sleep({FLOWER_REPLY_POLL_S})",
+        "the pull step": "run_id = _pull_and_store_message(",
+        "the idle branch": "if run_id is None:",
+    }
+    for what, text in wants.items():
+        if text not in source:
+            problems.append(f"{what} ({text}) is no longer in {module.__name__}")
+    if not isinstance(getattr(module, "time", None), (ModuleType, IdleClock)):
+        problems.append(f"{module.__name__} no longer imports the time module")
+    if not callable(getattr(module, "_pull_and_store_message", None)):
+        problems.append(f"{module.__name__}._pull_and_store_message is gone")
+    return problems
+
+
+def install(clock: IdleClock, module: ModuleType | None = None) -> bool:
+    """Put ``clock`` into Flower's SuperNode loop; False (and a warning) when Flower differs."""
+    if module is None:
+        from flwr.supernode import start_client_internal as module  # type: ignore[no-redef]
+    problems = check_flower(module)
+    if problems:
+        log.warning("running flower-supernode unchanged (its 3 s idle sleep stays): %s",
+                    "; ".join(problems))
+        return False
+    pull = module._pull_and_store_message
+
+    def pull_and_reset(*args: Any, **kwargs: Any) -> Any:
+        run_id = pull(*args, **kwargs)
+        if run_id is not None:
+            clock.pulled()
+        return run_id
+
+    module._pull_and_store_message = pull_and_reset
+    module.time = clock  # type: ignore[attr-defined]
+    return True
+
+
+def clock_from_env(env: dict[str, str] | None = None) -> IdleClock:
+    """The :class:`IdleClock` the ``FEDCURE_SUPERNODE_*`` variables describe (checked)."""
+    from fedcure_app.config import WarmClientConfig
+
+    env = dict(os.environ if env is None else env)
+    cfg = WarmClientConfig.from_env(env)
+    return IdleClock(cfg.supernode_idle_min_s, cfg.supernode_idle_max_s,
+                     cfg.supernode_reply_poll_s)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run ``flower-supernode`` (arguments as for it) with :class:`IdleClock` installed."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    log.addHandler(handler)  # Flower configures its own logger; the root stays untouched
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    clock = clock_from_env()
+    if install(clock):
+        log.info("SuperNode idle wait %.3g..%.3g s, reply poll %.3g s (Flower's: 3 s, 0.5 s)",
+                 clock.idle_min_s, clock.idle_max_s, clock.reply_poll_s)
+    from flwr.supernode.cli.flower_supernode import flower_supernode
+
+    sys.argv = ["flower-supernode", *(sys.argv[1:] if argv is None else argv)]
+    flower_supernode()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
