@@ -52,6 +52,8 @@ from fedcure_app.app_config import (
 from fedcure_app.config import FedCureConfig
 from fedcure_app.devices import DEFAULT_CPU_ROOT, FrequencyActuator, make_actuator
 from fedcure_app.models import build_model, get_weights, set_weights
+from fedcure_app.simulation.flower_run import ray_node_metric
+from fedcure_app.threads import apply_thread_policy
 from fedcure_app.training import evaluate, train_local
 
 log = logging.getLogger(__name__)
@@ -226,6 +228,7 @@ def _check_deployed_id(state: _DeployedState, config: ConfigRecord | None) -> No
 @app.train()
 def train(msg: Message, context: Context) -> Message:
     """Train ``tau-c`` local steps on this client's data at the directed CPU frequency."""
+    apply_thread_policy(where="ClientApp")
     conf = msg.content["config"]
     kind = str(context.node_config.get("cpufreq", app_options(context.run_config).cpufreq))
     deployed = deployed_state(context)
@@ -264,6 +267,7 @@ def train(msg: Message, context: Context) -> Message:
         "seconds": seconds,
         "f-applied-ghz": f_applied,
         "loss": float(res.loss),
+        **ray_node_metric(),
     })
     if deployed is not None:
         from fedcure_app.node_data import append_applied
@@ -298,6 +302,7 @@ def query(msg: Message, context: Context) -> Message:
 @app.evaluate()
 def evaluate_local(msg: Message, context: Context) -> Message:
     """Loss and accuracy of the sent model on this client's training data."""
+    apply_thread_policy(where="ClientApp")
     conf = msg.content.config_records.get("config")
     deployed = deployed_state(context)
     if deployed is not None:

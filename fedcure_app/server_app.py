@@ -103,6 +103,7 @@ def run_simulation_role(
         # without the first task, whose messages also start the ClientApp actors
         "seconds_per_edge_round_warm": st.seconds_per_edge_round_after(1),
         "dropped": st.dropped,
+        "ray_nodes": {f"{n:012x}": k for n, k in sorted(st.ray_nodes.items())},
         "per_task": [[r, s] for r, s in st.per_task],
     }
     if st.dropped:
@@ -121,6 +122,9 @@ def run_simulation_role(
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     """Entry point under ``flwr run`` / the Simulation Runtime."""
+    from fedcure_app.threads import apply_thread_policy
+
+    apply_thread_policy(where="ServerApp")
     run_config = dict(context.run_config)
     opts = app_options(run_config)
     if opts.role != "simulation":

@@ -4,14 +4,14 @@ Lean on purpose: the data are turned into tensors once per call (numpy arrays ar
 ``torch.from_numpy``, no copy when already float32/int64), mini-batches are gathered by index from
 a seeded ``torch.Generator`` permutation (without replacement within an epoch, a fresh permutation
 for every epoch), and there is no DataLoader and no worker process. Thread count is set once per
-process by :func:`configure_threads`, not per call.
+process by :func:`configure_threads` (the policy of :mod:`fedcure_app.threads`: 1 by default),
+not per call.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import os
 import time
 from dataclasses import dataclass
 
@@ -56,39 +56,19 @@ class EvalResult:
     seconds: float
 
 
-def _available_cores() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
-
-
 def configure_threads(n: int | None = None) -> int:
-    """Set torch's intra-op thread count once for this process and return it.
+    """Set torch's intra-op thread count for this process by the thread policy; return it.
 
-    ``n`` defaults to ``$FEDCURE_NUM_THREADS``, else ``$OMP_NUM_THREADS``, else the number of cores
-    this process may run on. :func:`train_local` calls this with the default on its first use
-    unless it was called before.
+    ``n`` defaults to the policy of :mod:`fedcure_app.threads` (``$FEDCURE_NUM_THREADS``, else
+    ``$OMP_NUM_THREADS``, else 1 thread). :func:`train_local` and :func:`evaluate` call this
+    with the default on their first use unless it was called before.
     """
     global _threads_configured
-    if n is None:
-        for var in ("FEDCURE_NUM_THREADS", "OMP_NUM_THREADS"):
-            value = os.environ.get(var, "").strip()
-            if value:
-                try:
-                    n = int(value)
-                except ValueError:
-                    raise ValueError(f"${var} must be an integer, got {value!r}") from None
-                break
-        else:
-            n = _available_cores()
-    if n < 1:
-        raise ValueError(f"thread count must be >= 1, got {n}")
-    if torch.get_num_threads() != n:
-        torch.set_num_threads(n)
-    _threads_configured = n
-    logger.debug("torch intra-op threads: %d", n)
-    return n
+    from fedcure_app.threads import apply_thread_policy
+
+    _threads_configured = apply_thread_policy(n)
+    logger.debug("torch intra-op threads: %d", _threads_configured)
+    return _threads_configured
 
 
 def _ensure_threads() -> None:

@@ -37,7 +37,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seeds", type=int, help="seeds for Table 1 (overrides the budget's)")
     p.add_argument("--out", default="results/experiments", help="output folder")
     p.add_argument("--threads", type=int,
-                   help="torch threads (default: all cores; 1 is faster on a busy machine)")
+                   help="torch threads per process (default 1, or $FEDCURE_NUM_THREADS)")
+    p.add_argument("--workers", type=int,
+                   help="worker processes training a run's clients in parallel (default: "
+                   "number of cores; results do not depend on it)")
     p.add_argument("--fresh", action="store_true", help="ignore cached runs in --out")
     p.add_argument("--no-progress", action="store_true", help="no live progress bars")
     p.set_defaults(func=run)
@@ -49,12 +52,13 @@ def run(args: argparse.Namespace) -> int:
 
     from fedcure_app.experiments.report import write_report
     from fedcure_app.experiments.suite import parse_datasets, parse_experiments, run_dataset
+    from fedcure_app.simulation.executors import resolve_workers
     from fedcure_app.training import configure_threads
 
-    if args.threads is not None:
-        if args.threads < 1:
-            raise ValueError(f"--threads must be >= 1, got {args.threads}")
-        configure_threads(args.threads)
+    if args.threads is not None and args.threads < 1:
+        raise ValueError(f"--threads must be >= 1, got {args.threads}")
+    configure_threads(args.threads)  # the thread policy (fedcure_app.threads), logged once
+    workers = resolve_workers(args.workers)
     datasets = parse_datasets(args.dataset)
     experiments = parse_experiments(args.name)
     out = Path(args.out)
@@ -69,7 +73,8 @@ def run(args: argparse.Namespace) -> int:
     ) as progress:
         for name in datasets:
             o = run_dataset(name, experiments, data_dir=args.data_dir, budget=args.budget,
-                            seeds=args.seeds, out=out, progress=progress, fresh=args.fresh)
+                            seeds=args.seeds, out=out, progress=progress, fresh=args.fresh,
+                            workers=workers)
             outcomes.append(o)
             if o.skipped:
                 progress.console.print(f"[yellow]{name}: skipped[/] — {o.skipped}")

@@ -34,6 +34,7 @@ _OPTIONS: dict[str, str] = {
     "beta": "beta",
     "formation": "formation",
     "scheduler": "scheduler",
+    "lr": "lr",
 }
 
 
@@ -64,6 +65,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--beta", type=float, help="β of the scheduling rule")
     p.add_argument("--seed", type=int)
     p.add_argument("--out", default="results/simulate", help="folder for JSON and plots")
+    p.add_argument("--lr", type=float, help="client learning rate")
+    p.add_argument("--workers", type=int,
+                   help="worker processes training a coalition's clients in parallel "
+                   "(default: number of cores; 1 = in this process; same results either way)")
+    p.add_argument("--threads", type=int,
+                   help="torch threads per process (default 1, or $FEDCURE_NUM_THREADS)")
     p.add_argument("--json", help="also write the result JSON here")
     p.add_argument("--no-progress", action="store_true", help="no live progress bar")
     p.set_defaults(func=run)
@@ -126,12 +133,20 @@ def _summary_table(result: dict[str, Any]):
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from fedcure_app.simulation.executors import resolve_workers
+    from fedcure_app.threads import apply_thread_policy
+
+    threads = apply_thread_policy(args.threads, where="fedcure simulate", export=True)
 
     from fedcure_app.simulation.engine import simulate
     from fedcure_app.run_plots import write_run_plots
 
     cfg = config_from_args(args)
     console = Console(stderr=True)
+    workers = resolve_workers(args.workers)
+    if cfg.run.executor != "flower":
+        console.print(f"[dim]{workers} worker process{'es' if workers > 1 else ''} × "
+                      f"{threads} torch thread{'s' if threads > 1 else ''}[/]")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rounds = cfg.run.global_rounds
@@ -160,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
                           "the ServerApp logs each round")
             result = _run_on_flower(cfg, out)
         else:
-            result = simulate(cfg, on_round=on_round)
+            result = simulate(cfg, on_round=on_round, workers=workers)
     paths = [out / "result.json"]
     text = json.dumps(result, indent=1)
     paths[0].write_text(text)

@@ -107,15 +107,17 @@ class Runner:
     """Runs :class:`RunSpec` s over one loaded dataset, once each, with an optional disk cache.
 
     ``progress``: a ``rich.progress.Progress`` to show runs and rounds on (or None);
-    ``fresh``: ignore (and overwrite) cached results.
+    ``fresh``: ignore (and overwrite) cached results; ``workers``: processes training a run's
+    clients (None: one per core; results do not depend on it, so it is not in the cache key).
     """
 
     def __init__(self, dataset: Dataset, cache_dir: Path | None = None, *,
-                 progress: Any = None, fresh: bool = False) -> None:
+                 progress: Any = None, fresh: bool = False, workers: int | None = 1) -> None:
         self.dataset = dataset
         self.cache_dir = cache_dir
         self.progress = progress
         self.fresh = fresh
+        self.workers = workers
         self.results: dict[str, dict[str, Any]] = {}
         self.cached_hits = 0
         self.simulated = 0
@@ -168,7 +170,7 @@ class Runner:
                 result = _schedule_only(spec, self.dataset, on_round)
             else:
                 result = simulate(spec.cfg, dataset=self._view(spec.eval_samples),
-                                  on_round=on_round)
+                                  on_round=on_round, workers=self.workers)
             self.wall_seconds += time.perf_counter() - t0
             self.simulated += 1
             result["label"] = spec.label

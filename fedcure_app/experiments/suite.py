@@ -75,10 +75,10 @@ def parse_experiments(value: str) -> list[str]:
 
 
 def run_dataset(name: str, experiments: list[str], *, data_dir: str | None, budget: str,
-                seeds: int | None, out: Path, progress: Any = None, fresh: bool = False
-                ) -> DatasetOutcome:
+                seeds: int | None, out: Path, progress: Any = None, fresh: bool = False,
+                workers: int | None = 1) -> DatasetOutcome:
     """Every experiment in ``experiments`` on dataset ``name`` (skipped if its files are
-    missing)."""
+    missing); ``workers``: processes training each run's clients (None: one per core)."""
     outcome = DatasetOutcome(name)
     t0 = time.perf_counter()
     try:
@@ -89,7 +89,8 @@ def run_dataset(name: str, experiments: list[str], *, data_dir: str | None, budg
         return outcome
     b = get_budget(budget, name, seeds)
     outcome.budget = b
-    runner = Runner(dataset, out / name / "runs", progress=progress, fresh=fresh)
+    runner = Runner(dataset, out / name / "runs", progress=progress, fresh=fresh,
+                    workers=workers)
     ctx = Context(dataset=dataset, data_dir=data_dir, budget=b, out_dir=out / name,
                   runner=runner)
     outcome.config = ctx.base().model_dump(mode="json", by_alias=True)

@@ -140,6 +140,8 @@ class ExecutorStats:
     dropped: list[int] = field(default_factory=list)
     #: (edge rounds, wall seconds) of every task, in order
     per_task: list[tuple[int, float]] = field(default_factory=list)
+    #: train replies per Ray node (the ClientApp's ``ray-node`` metric; empty outside Ray)
+    ray_nodes: dict[int, int] = field(default_factory=dict)
 
     @property
     def seconds_per_edge_round(self) -> float:
@@ -152,6 +154,25 @@ class ExecutorStats:
         rest = self.per_task[skip:]
         rounds = sum(r for r, _ in rest)
         return sum(s for _, s in rest) / rounds if rounds else 0.0
+
+
+class _RecordingCoalitionGrid(CoalitionGrid):
+    """A :class:`CoalitionGrid` that counts the train replies per Ray node in ``stats``."""
+
+    def __init__(self, grid: Grid, node_ids: list[int], stats: ExecutorStats) -> None:
+        super().__init__(grid, node_ids)
+        self._stats = stats
+
+    def pull_messages(self, message_ids):  # type: ignore[override]
+        replies = super().pull_messages(message_ids)
+        for reply in replies:
+            if reply.has_error():
+                continue
+            for rec in reply.content.metric_records.values():
+                if "ray-node" in rec:
+                    node = int(rec["ray-node"])
+                    self._stats.ray_nodes[node] = self._stats.ray_nodes.get(node, 0) + 1
+        return replies
 
 
 class FlowerExecutor:
@@ -197,7 +218,7 @@ class FlowerExecutor:
         nodes = [self.node_of_client[c] for c in task.clients if c in self.node_of_client]
         t0 = time.perf_counter()
         result = run_edge_task(
-            CoalitionGrid(self.grid, nodes), task, self.node_of_client,
+            _RecordingCoalitionGrid(self.grid, nodes, self.stats), task, self.node_of_client,
             poll_s=self.poll_s, timeout_s=self.timeout_s, extra_config=self.extra_config,
         )
         dt = time.perf_counter() - t0
