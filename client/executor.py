@@ -285,6 +285,11 @@ def serve(address: str, secret: bytes, stop: threading.Event, cfg: Any,
             if res.HasField("task") and res.token:
                 run_task(address, res.token, int(res.task.task_id), trainer)
                 wait = cfg.executor_poll_min_s
+                if not trainer.alive():  # it died: have a new one loaded for the next message
+                    try:
+                        trainer.start()
+                    except TrainerDied as err:
+                        log.warning("%s; trying again with the next message", err)
                 continue
             stop.wait(wait)
             wait = min(cfg.executor_poll_max_s, wait * 2)
@@ -333,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         trainer.start()  # load torch, the model and the data before the first message
         serve(args.runtime_api_address, secret, stop, cfg, trainer)
-    except ExecutorError as err:
+    except (ExecutorError, TrainerDied) as err:
         print(f"client.executor: error: {err}", file=sys.stderr)
         return 1
     finally:

@@ -240,9 +240,9 @@ def test_a_trainer_killed_mid_round_is_dropped_from_that_task_restarted_and_trai
     register(parser.add_subparsers())
     out = tmp_path / "run"
     args = parser.parse_args([
-        "launch", "--edges", "1", "--clients", "2", "--rounds", "3", "--dataset", "digits",
-        "--partition", "iid", "--tau-e", "2", "--tau-c", "300", "--lr", "0.05",
-        "--eval-every", "3", "--edge-timeout", "300", "--no-progress", "--out", str(out)])
+        "launch", "--edges", "1", "--clients", "2", "--rounds", "2", "--dataset", "digits",
+        "--partition", "iid", "--tau-e", "2", "--tau-c", "200", "--lr", "0.05",
+        "--eval-every", "2", "--edge-timeout", "300", "--no-progress", "--out", str(out)])
     roles = Roles()
     victim = out / "work" / "client1"
     crashed_group = None
@@ -257,7 +257,7 @@ def test_a_trainer_killed_mid_round_is_dropped_from_that_task_restarted_and_trai
                 else ""
             lines = [x for x in log.splitlines() if "task " in x or "ready" in x]
             last = IN_FLIGHT.search(lines[-1]) if lines else None
-            if last is None:
+            if last is None or not last.group(2).startswith("r0-"):  # first task only
                 time.sleep(0.05)
                 continue
             pid = int(READY.findall(log)[-1])
@@ -281,7 +281,7 @@ def test_a_trainer_killed_mid_round_is_dropped_from_that_task_restarted_and_trai
     assert "(start 2)" in log
     crashed_task = crashed_group.split("/e")[0]
     result = json.loads((out / "result.json").read_text())
-    assert [r["round"] for r in result["records"]] == [1, 2, 3]
+    assert [r["round"] for r in result["records"]] == [1, 2]
     record = next(r for r in result["records"] if r["task_id"] == crashed_task)
     assert 1 in record["dropped"], record
     # the edge did not wait for its 300 s reply deadline: the error reply came at once
