@@ -784,7 +784,7 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
         for m, delta, cap in bad:
             text = (f"coalition {m}: target share delta {delta:.3f} is out of reach: with at "
                     f"most {s.max_concurrent} coalitions in flight and its latency (from "
-                    f"{source}) it can get at most {cap:.3f} of the rounds; its virtual queue "
+                    f"{source}) it can get at most {cap:.3g} of the rounds; its virtual queue "
                     "will grow without bound (not mean-rate stable)")
             log.warning("%s", text)
             self.warnings.append({"kind": "unreachable-share", "coalition": m, "delta": delta,
@@ -1380,8 +1380,7 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
             from fedcure_app.run_plots import write_run_plots
 
             try:
-                write_run_plots(result, out, title=f"FedCure cloud ({self.cfg.method.formation}/"
-                                                   f"{self.cfg.method.scheduler})")
+                write_run_plots(result, out)  # wall-clock axes; title names both rules
             except Exception:  # noqa: BLE001 - plots are a convenience
                 log.exception("writing the plots failed")
         return result

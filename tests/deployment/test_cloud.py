@@ -321,3 +321,53 @@ def test_stopping_the_cloud_early_ends_edge_streams_with_unavailable(cleanup):
     for f in fakes:
         assert f.ended.wait(5)
         assert f.end is not None and f.end.code() == grpc.StatusCode.UNAVAILABLE
+
+
+# ------------------------------------------------------------------------------ reachability
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=100, deadline=None)
+@given(lat=st.lists(st.floats(1e-3, 1e4), min_size=1, max_size=8), data=st.data())
+def test_reachable_shares_bound_what_k_slots_allow(lat, data):
+    from cloud_server.reach import max_shares
+
+    m = len(lat)
+    k = data.draw(st.integers(1, m))
+    cap = max_shares(np.array(lat), k)
+    assert np.all((cap > 0) & (cap <= 1 + 1e-12))
+    rate = 1 / np.array(lat)
+    if k == m:  # every coalition always in flight: the shares are the rates' shares exactly
+        assert np.allclose(cap, rate / rate.sum())
+        assert np.isclose(cap.sum(), 1.0)
+    if k == 1:
+        assert np.allclose(cap, 1.0)
+    if k > 1:  # more slots for the others can only lower what one coalition gets
+        assert np.all(max_shares(np.array(lat), k - 1) >= cap - 1e-12)
+
+
+def test_an_unreachable_target_share_is_warned_in_the_log_and_result(cleanup, tmp_path, caplog):
+    """Coalition 0 is 10^5 times slower than coalition 1 and both are always in flight (K = M):
+    it can get about 10^-5 of the rounds, far below its target share δ_0."""
+    from tests.deployment.reliability import FAST, TIMED, request, start
+
+    cfg = make_cfg(2, 2, **{"global-rounds": 2, "max-concurrent": 2})
+    server = start(cfg, expected=2, out_dir=tmp_path)  # no plots: fast on a loaded machine
+    cleanup.append(server)
+    fakes = [FakeEdge(server.address, m) for m in range(2)]
+    cleanup.extend(fakes)
+    slow = TIMED.model_copy(update={"cycles_per_sample": {"digits": 1e9}})
+    with caplog.at_level("WARNING", logger="fedcure.cloud"):
+        register_all(server.address, [request("c0", one_hot(0), home=0, profile=slow),
+                                      request("c1", one_hot(1), home=1, profile=FAST)])
+    assert any("out of reach" in r.getMessage() and "coalition 0" in r.getMessage()
+               for r in caplog.records)
+    for _ in range(2):
+        fakes[1].submit(fakes[1].next_task())
+    assert server.join(10)
+    result = json.loads((tmp_path / "result.json").read_text())
+    warned = [w for w in result["warnings"] if w["kind"] == "unreachable-share"]
+    assert warned and warned[0]["coalition"] == 0
+    assert warned[0]["max_share"] < warned[0]["delta"]
+    assert result["participation"]["max_share"][0] < result["participation"]["delta"][0]

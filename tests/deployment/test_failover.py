@@ -120,3 +120,56 @@ def test_an_idle_edge_that_leaves_is_not_scheduled(cleanup):
     e1 = FakeEdge(server.address, 1)
     cleanup.append(e1)
     wait_until(lambda: 1 not in svc.strategy.unavailable, 20)
+
+
+def test_a_late_answer_is_aggregated_as_a_stale_update_within_the_bound(cleanup):
+    """Issue 18: the answer to an expired task is aggregated with ξ = ℓ·k^φ while its staleness
+    φ is within late-staleness-bound, recorded as late (record and faults); past the bound it
+    is refused and changes nothing."""
+    from fedcure_app.core.aggregation import staleness_weight
+    from tests.deployment.fakes import FakeEdge
+    from tests.deployment.reliability import FAST, code_of, state_of
+
+    import grpc
+
+    cfg = make_cfg(4, 2, **{"global-rounds": 10_000, "max-concurrent": 2,
+                            "deadline-min-s": 0.5, "deadline-slack": 1.0,
+                            "first-deadline-s": 0.5, "late-staleness-bound": 2})
+    server = start(cfg, expected=4)
+    cleanup.append(server)
+    svc = server.service
+    e0, e1 = FakeEdge(server.address, 0), FakeEdge(server.address, 1)
+    cleanup.extend([e0, e1])
+    register_all(server.address, [request(f"c{i}", one_hot(i), home=i % 2, profile=FAST)
+                                  for i in range(4)])
+    t0 = e0.next_task()
+    assert t0.version == 0
+    assert e1.submit(e1.next_task(), value=0.2).accepted  # version 1
+    wait_until(lambda: 0 in svc.strategy.unavailable, 20)  # t0's deadline passed
+    assert e1.submit(e1.next_task(), value=0.3).accepted  # version 2: t0 is 2 versions stale
+
+    before = state_of(server)
+    reply = e0.submit(t0, value=0.9)
+    assert reply.accepted and "late" in reply.detail
+    rec = svc.records[-1]
+    phi = before["version"] - t0.version
+    assert (rec["coalition"], rec["staleness"], rec["late"]) == (0, phi, True)
+    assert rec["xi"] == staleness_weight(phi, cfg.method.ell, cfg.method.k)
+    assert rec["version"] == before["version"] + 1
+    assert any(f["kind"] == "late" and f["coalition"] == 0 for f in svc.faults)
+    assert 0 not in svc.strategy.unavailable  # taken back
+    assert e0.submit(t0, value=0.9) == reply  # a duplicate: the same reply, applied once
+    assert [r["version"] for r in svc.records] == list(range(1, len(svc.records) + 1))
+
+    # coalition 0 trains again; its next task expires too and answers 3 versions late
+    t1 = e0.next_task()
+    wait_until(lambda: 0 in svc.strategy.unavailable, 20)
+    while svc.strategy.version - t1.version <= 2:
+        assert e1.submit(e1.next_task(), value=0.3).accepted
+    before = state_of(server)
+    records = len(svc.records)
+    assert code_of(lambda: e0.submit(t1, value=0.9)) == grpc.StatusCode.FAILED_PRECONDITION
+    after = state_of(server)
+    assert (after["version"], after["model"], after["records"]) == (
+        before["version"], before["model"], before["records"])
+    assert len(svc.records) == records and not svc.records[-1]["late"]

@@ -234,3 +234,70 @@ def test_the_cloud_cli_serves_mutual_tls(certs: Path, tmp_path: Path):
         plain.close()
     finally:
         cloud.kill()
+
+
+# ------------------------------------------------------------------------------ edge identity
+def test_edge_certificates_and_tokens_bind_each_edge_to_its_id(cleanup, tmp_path: Path):
+    """`fedcure certs --edges 2` issues each edge a certificate (CN fedcure-edge-<m>) and a
+    token; under mutual TLS with --edge-certs an edge may only act as itself."""
+    import json
+
+    from cloud_server.identity import EdgeCredentials, load_edge_tokens
+
+    out = tmp_path / "certs"
+    assert fedcure_main(["certs", "--out", str(out), "--hosts", "localhost,127.0.0.1",
+                         "--edges", "2"]) == 0
+    tokens = load_edge_tokens(out / "edge-tokens.json")
+    assert set(tokens) == {0, 1} and tokens[0] != tokens[1]
+    assert (out / "edge-1.token").read_text().strip() == tokens[1]
+    for name in ("edge-0.key", "edge-1.token", "edge-tokens.json"):
+        assert stat.S_IMODE((out / name).stat().st_mode) == 0o600
+    assert json.loads((out / "edge-tokens.json").read_text())["0"] == tokens[0]
+
+    service = CloudService(make_cfg(2, 2), expected_clients=2, register_timeout_s=20,
+                           initial_arrays=SMALL_MODEL, write_plots=False,
+                           edge_credentials=EdgeCredentials(require_certs=True))
+    creds = server_credentials(out / "server.crt", out / "server.key", out / "ca.crt")
+    server = CloudServer(service, "127.0.0.1:0", credentials=creds)
+    server.start()
+    cleanup.append(server)
+
+    def as_cert(name: str) -> pb_grpc.EdgeLinkStub:
+        ch = open_channel(server.address, tls_ca=out / "ca.crt", tls_cert=out / f"{name}.crt",
+                          tls_key=out / f"{name}.key")
+        cleanup.append(ch)
+        return pb_grpc.EdgeLinkStub(ch)
+
+    def members(stub: pb_grpc.EdgeLinkStub, m: int) -> grpc.StatusCode:
+        try:
+            stub.Members(pb.MembersRequest(edge_id=m), timeout=5)
+        except grpc.RpcError as err:
+            return err.code()
+        return grpc.StatusCode.OK
+
+    edge1 = as_cert("edge-1")
+    assert members(edge1, 1) == grpc.StatusCode.OK
+    assert members(edge1, 0) == grpc.StatusCode.PERMISSION_DENIED
+    with pytest.raises(grpc.RpcError) as err:
+        next(iter(edge1.Connect(pb.ConnectRequest(edge_id=0, address="127.0.0.1:1"),
+                                timeout=5)))
+    assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    # a client certificate names no edge: with --edge-certs it may act as none
+    assert members(as_cert("client"), 0) == grpc.StatusCode.PERMISSION_DENIED
+    assert not any(e.connected.is_set() for e in service._edges.values())
+
+
+def test_the_cloud_cli_checks_the_edge_identity_flags(tmp_path: Path, capsys):
+    from cloud_server.cli import main as cloud_main
+
+    tokens = tmp_path / "edge-tokens.json"
+    tokens.write_text('{"0": "edge0-0123456789abcdef"}')
+    base = ["--listen", "127.0.0.1:0", "--expected-clients", "2", "--edges", "2",
+            "--out", str(tmp_path), "--insecure"]
+    assert cloud_main(base + ["--edge-tokens", str(tokens)]) == 2
+    assert "no token for edges [1]" in capsys.readouterr().err
+    assert cloud_main(base + ["--edge-certs"]) == 2
+    assert "--tls-client-ca" in capsys.readouterr().err
+    tokens.write_text("not json")
+    assert cloud_main(base + ["--edge-tokens", str(tokens)]) == 2
+    assert "cannot read edge tokens" in capsys.readouterr().err
