@@ -45,6 +45,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fedcure_app.errors import UsageError
+
 PROG = "fedcure-client"
 log = logging.getLogger("fedcure.client")
 
@@ -102,10 +104,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 class ClientError(RuntimeError):
     """The client cannot go on (one line)."""
-
-
-class UsageError(ValueError):
-    """Bad flags (one line)."""
 
 
 def _rpc_error(err: Any, address: str, what: str) -> ClientError:
@@ -206,7 +204,7 @@ def register(stub: Any, args: argparse.Namespace, name: str, data: Any, home: in
 def supernode_argv(edge_address: str, port: int, client_id: int, cpufreq: str,
                    data_file: Path, args: argparse.Namespace) -> list[str]:
     """``flower-supernode`` to ``edge_address`` with this client's node config."""
-    from edge_server.superlink import _flower_bin
+    from fedcure_app.flower_tools import flower_bin
 
     node_config = f'client-id={client_id} cpufreq="{cpufreq}" data-file="{data_file}"'
     if getattr(args, "cpufreq_root", None):
@@ -216,7 +214,7 @@ def supernode_argv(edge_address: str, port: int, client_id: int, cpufreq: str,
                 "--port", str(port), "--node-config", node_config, "--isolation", "process",
                 "--superexec-auth-secret-file", str(args.secret_file)]
     else:
-        argv = [_flower_bin("flower-supernode"), "--superlink", edge_address,
+        argv = [flower_bin("flower-supernode"), "--superlink", edge_address,
                 "--port", str(port), "--node-config", node_config]
     if args.insecure:
         argv.append("--insecure")
