@@ -229,7 +229,8 @@ class FedCureConfig(_Section):
         m = self.federation.num_edges
         if k is not None and k > m:
             raise ValueError(
-                f"max_concurrent K={k} exceeds the number of coalitions M={m}; use K <= {m}"
+                f"max_concurrent K={k} exceeds num_edges M={m} (the number of coalitions); "
+                f"use K <= {m}"
             )
         return self
 
@@ -255,7 +256,15 @@ class FedCureConfig(_Section):
 
 
 class ConfigError(ValueError):
-    """A configuration problem, phrased as one line a person can act on."""
+    """A configuration problem, phrased as one line a person can act on.
+
+    ``issues``: pydantic's error list (``loc``, ``type``, ``msg``, ``input``, ``ctx``) when the
+    schema refused the values, so a front end can name each field as the user spelled it
+    (``fedcure_app.cli.errors``); empty otherwise."""
+
+    def __init__(self, message: str, issues: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(message)
+        self.issues: list[dict[str, Any]] = list(issues or [])
 
 
 def _one_line(err: ValidationError) -> str:
@@ -274,7 +283,7 @@ def build_config(data: dict[str, Any] | None = None) -> FedCureConfig:
     try:
         return FedCureConfig.model_validate(data or {})
     except ValidationError as err:
-        raise ConfigError(_one_line(err)) from None
+        raise ConfigError(_one_line(err), err.errors(include_url=False)) from None
 
 
 def load_config(path: str | Path) -> FedCureConfig:

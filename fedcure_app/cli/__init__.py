@@ -1,7 +1,10 @@
 """The ``fedcure`` command line: one sub-command per module in this package.
 
 Each sub-command module exposes ``register(subparsers)``, which adds its parser and sets
-``func(args) -> int`` as the handler. Modules are imported only when listed here, and import their
+``func(args) -> int`` as the handler. A user's mistake (:class:`~fedcure_app.cli.errors.UsageError`,
+a configuration or dataset error, a file that cannot be read or written) is one line on stderr
+naming the option or configuration key at fault, and exit code 2; ``--help`` pages show the
+defaults (:class:`~fedcure_app.cli.errors.HelpFormatter`). Modules are imported only when listed here, and import their
 heavy dependencies (torch, flwr) inside the handler, so ``fedcure form`` starts fast.
 """
 
@@ -12,6 +15,7 @@ import importlib
 import logging
 import sys
 
+from fedcure_app.cli.errors import Parser
 from fedcure_app.config import ConfigError
 
 #: Sub-command modules, in the order ``fedcure --help`` lists them.
@@ -19,7 +23,7 @@ SUBCOMMANDS: tuple[str, ...] = ("form", "data", "simulate", "launch", "certs", "
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="fedcure",
         description="FedCure: semi-asynchronous hierarchical federated learning on Flower.",
     )
@@ -39,8 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     try:
         return int(args.func(args) or 0)
-    except (ConfigError, ValueError, FileNotFoundError) as err:
-        print(f"fedcure {args.command}: error: {err}", file=sys.stderr)
+    except (ConfigError, ValueError, OSError) as err:
+        text = " ".join(str(err).split()) or type(err).__name__
+        print(f"fedcure {args.command}: error: {text}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"fedcure {args.command}: interrupted", file=sys.stderr)

@@ -17,6 +17,11 @@ DATASET_CHOICES = ("digits", "mnist", "cifar10", "svhn", "cinic10")
 PARTITION_CHOICES = ("edge-noniid", "dirichlet", "iid", "shards")
 #: Per-client rows printed before the table is cut short (the JSON has them all).
 MAX_CLIENT_ROWS = 60
+#: option (argparse dest) -> the configuration key whose range check it shares
+_OPTIONS: dict[str, str] = {
+    "clients": "num-clients", "edges": "num-edges", "seed": "seed", "alpha": "dirichlet-alpha",
+    "shards_per_client": "shards-per-client", "classes_per_edge": "classes-per-edge",
+}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -60,8 +65,17 @@ def info_from_args(args: argparse.Namespace) -> dict[str, Any]:
     from fedcure_app.data import load_dataset
     from fedcure_app.data.partition import partition_dataset
 
+    from fedcure_app.cli.errors import at_least, check_dataset, check_new_file, checked_config
+
     if args.plot and not args.partition:
         raise ValueError("--plot needs --partition (it draws the partition's edge servers)")
+    checked_config(args, _OPTIONS)
+    at_least(args, "shards_per_client", 1)
+    for dest in ("json", "plot"):
+        if getattr(args, dest):
+            check_new_file(getattr(args, dest), f"--{dest}")
+    if not args.download:
+        check_dataset(args.dataset, args.data_dir)
     started = time.perf_counter()
     ds = load_dataset(args.dataset, args.data_dir, cache=not args.no_cache,
                       download=args.download)

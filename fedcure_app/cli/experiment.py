@@ -62,7 +62,8 @@ def run(args: argparse.Namespace) -> int:
     datasets = parse_datasets(args.dataset)
     experiments = parse_experiments(args.name)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    _check_inputs(args, datasets, out)
+    out.mkdir(parents=True, exist_ok=True)  # every input checked: nothing made before
     console = Console(stderr=True)
     t0 = time.perf_counter()
     outcomes = []
@@ -97,6 +98,27 @@ def run(args: argparse.Namespace) -> int:
         out_console.print(f"wrote {path}")
     out_console.print(f"figures and summary.json under {out} ({total:.0f} s)")
     return 0
+
+
+def _check_inputs(args: argparse.Namespace, datasets: list[str], out: Path) -> None:
+    """Raise :class:`~fedcure_app.cli.errors.UsageError` (one line naming the option) before
+    anything is made: no dataset of ``--dataset`` has its files (the missing ones of several
+    are skipped later, with a note), a bad ``--seeds`` or ``--out``."""
+    from fedcure_app.cli.errors import UsageError, at_least, check_dataset, check_out_dir
+
+    at_least(args, "seeds", 1)
+    missing: list[str] = []
+    for name in datasets:
+        try:
+            check_dataset(name, args.data_dir)
+            break
+        except UsageError as err:
+            missing.append(str(err))
+    else:
+        where = f"--data-dir {args.data_dir}" if args.data_dir else "--data-dir (not given)"
+        raise UsageError(f"{where}: no dataset could be loaded: " + "; ".join(
+            m.split(": ", 1)[-1] for m in missing))
+    check_out_dir(out)
 
 
 def _command(args: argparse.Namespace) -> str:

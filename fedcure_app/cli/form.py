@@ -15,6 +15,11 @@ from typing import Any
 
 RULE_CHOICES = ("fedcure", "selfish", "pareto", "kmeans", "meanshift", "none")
 PARTITION_CHOICES = ("edge-noniid", "dirichlet", "iid")
+#: option (argparse dest) -> the configuration key whose range check it shares
+_OPTIONS: dict[str, str] = {
+    "clients": "num-clients", "edges": "num-edges", "classes": "num-classes",
+    "classes_per_edge": "classes-per-edge", "alpha": "dirichlet-alpha", "seed": "seed",
+}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -46,11 +51,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """Range checks of the options (the configuration schema's, for the options it shares),
+    raising :class:`~fedcure_app.cli.errors.UsageError` naming the option."""
+    from fedcure_app.cli.errors import UsageError, at_least, check_new_file, checked_config
+
+    checked_config(args, _OPTIONS)
+    if args.partition == "edge-noniid" and args.classes_per_edge > args.classes:
+        raise UsageError(f"--classes-per-edge ({args.classes_per_edge}) must be <= --classes "
+                         f"({args.classes}) for --partition edge-noniid")
+    at_least(args, "samples_per_client", 1)
+    at_least(args, "capacity", 1)
+    at_least(args, "max_moves", 0)
+    if args.json:
+        check_new_file(args.json, "--json")
+
+
 def form_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """Build the synthetic federation, run the rule, return the JSON-safe result."""
     from fedcure_app.core.coalition import run_formation
     from fedcure_app.core.layout import synthetic_label_counts
 
+    check_args(args)
     if args.seed < 0:
         raise ValueError(f"--seed must be >= 0, got {args.seed}")
     counts, initial = synthetic_label_counts(

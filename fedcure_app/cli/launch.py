@@ -31,7 +31,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fedcure_app.config import METHOD_PRESETS, FedCureConfig, load_config
+from fedcure_app.cli.errors import (
+    UsageError,
+    at_least,
+    check_dataset,
+    check_out_dir,
+    config_defaults_help,
+    load_file,
+)
+from fedcure_app.config import METHOD_PRESETS, FedCureConfig
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +106,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="torch threads per ClientApp (OMP_NUM_THREADS; default 1: many "
                         "clients share this host)")
     p.add_argument("--no-progress", action="store_true", help="no live progress bar")
+    config_defaults_help(p, _OPTIONS)
     p.set_defaults(func=run)
 
 
@@ -106,12 +115,34 @@ def config_from_args(args: argparse.Namespace) -> FedCureConfig:
     from fedcure_app.cli.simulate import options_config
 
     extra: dict[str, Any] = {}
+    flags: dict[str, str] = {}
     if args.deadline_min is not None:
         extra["deadline-min-s"] = args.deadline_min
-    elif not (args.config and "deadline_min_s" in load_config(args.config).reliability
+        flags["deadline-min-s"] = "--deadline-min"
+    elif not (args.config and "deadline_min_s" in load_file(args.config).reliability
               .model_fields_set):
         extra["deadline-min-s"] = LAUNCH_DEADLINE_MIN_S
-    return options_config(args, _OPTIONS, extra)
+    return options_config(args, _OPTIONS, extra, flags)
+
+
+def check_inputs(args: argparse.Namespace, cfg: FedCureConfig) -> None:
+    """Every check on the command line that needs no process: raises
+    :class:`~fedcure_app.cli.errors.UsageError` (one line naming the option) before anything is
+    created or started."""
+    at_least(args, "threads", 1)
+    at_least(args, "timeout", 0)
+    at_least(args, "register_timeout", 0, strict=True)
+    at_least(args, "edge_timeout", 0)
+    if getattr(args, "supernode_auth", False) and not args.tls_dir:
+        raise UsageError("--supernode-auth needs --tls-dir (Flower authenticates SuperNodes "
+                         "only over TLS); make one with `fedcure certs`")
+    if args.tls_dir:
+        try:
+            _security_flags(args.tls_dir, "edge")
+        except FileNotFoundError as err:
+            raise UsageError(str(err)) from None
+    check_dataset(cfg.data.dataset, cfg.data.data_dir)
+    check_out_dir(args.out)
 
 
 @dataclass
@@ -312,10 +343,8 @@ def _summary(result: dict[str, Any]) -> Any:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    if args.edges < 1 or args.clients < args.edges:
-        raise ValueError(f"need --edges >= 1 and --clients >= --edges (got {args.edges} edges, "
-                         f"{args.clients} clients)")
     cfg = config_from_args(args)
+    check_inputs(args, cfg)
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     (out / "result.json").unlink(missing_ok=True)
@@ -334,7 +363,16 @@ def run(args: argparse.Namespace) -> int:
     code, reason = 1, "failed to start"
     started = time.monotonic()
     try:
-        record = start_roles(cfg, args, out, roles)
+        try:
+            record = start_roles(cfg, args, out, roles)
+        except RuntimeError as err:  # a role failed at start: its log's last line says why
+            reason = str(err).splitlines()[0].rstrip(":; ")
+            last = [ln for ln in str(err).splitlines()[1:] if ln.strip()]
+            if last:
+                reason = reason.replace(" at start; its log ends with", " at start") + \
+                    f": {last[-1].strip()}"
+            code = 2 if "exited with code 2" in reason else 1
+            return _report_failure(out, reason, code, tail="")
         console.print(f"cloud {record['cloud']}, {len(roles.edges)} edges, "
                       f"{len(roles.clients)} clients started; logs in {out / 'logs'}")
         status = StatusPoller(record["cloud"], args.tls_dir)
@@ -366,9 +404,13 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"results in {out}")
         return 0
     tail = roles.cloud.tail() if roles.cloud is not None else ""
+    return _report_failure(out, reason, code, tail if code not in (0, 130) else "")
+
+
+def _report_failure(out: Path, reason: str, code: int, tail: str) -> int:
+    """Print why the launch failed (one line, then the cloud log's tail if any); the exit code."""
     print(f"fedcure launch: error: {reason}; logs in {out / 'logs'}"
-          + (f"\ncloud log ends with:\n{tail}" if tail and code not in (0, 130) else ""),
-          file=sys.stderr)
+          + (f"\ncloud log ends with:\n{tail}" if tail else ""), file=sys.stderr)
     return code if code else 1
 
 

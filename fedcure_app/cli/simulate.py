@@ -8,12 +8,14 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from fedcure_app.config import (
-    METHOD_PRESETS,
-    FedCureConfig,
-    apply_flat,
-    load_config,
+from fedcure_app.cli.errors import (
+    check_dataset,
+    check_new_file,
+    check_out_dir,
+    checked_config,
+    config_defaults_help,
 )
+from fedcure_app.config import METHOD_PRESETS, FedCureConfig
 
 log = logging.getLogger(__name__)
 
@@ -73,25 +75,19 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="torch threads per process (default 1, or $FEDCURE_NUM_THREADS)")
     p.add_argument("--json", help="also write the result JSON here")
     p.add_argument("--no-progress", action="store_true", help="no live progress bar")
+    config_defaults_help(p, _OPTIONS)
     p.set_defaults(func=run)
 
 
 def options_config(args: argparse.Namespace, options: dict[str, str],
-                   extra: dict[str, Any] | None = None) -> FedCureConfig:
+                   extra: dict[str, Any] | None = None,
+                   extra_flags: dict[str, str] | None = None) -> FedCureConfig:
     """The configuration of a command line: ``--config`` file (if any), then the ``--method``
     preset, then the options given (``options`` maps argparse dest → flat key) and ``extra``;
-    ``formation``/``scheduler`` options go last so that they override the preset's."""
-    cfg = load_config(args.config) if args.config else FedCureConfig()
-    flat: dict[str, Any] = dict(extra or {})
-    for opt, key in options.items():
-        value = getattr(args, opt, None)
-        if value is not None:
-            flat[key] = value
-    late = {k: flat.pop(k) for k in ("formation", "scheduler") if k in flat}
-    if getattr(args, "method", None):
-        flat["method"] = args.method
-    cfg = apply_flat(cfg, flat)
-    return apply_flat(cfg, late) if late else cfg
+    ``formation``/``scheduler`` options go last so that they override the preset's.
+    Errors (:class:`~fedcure_app.cli.errors.UsageError`) name the options and file keys the
+    user wrote; ``extra_flags`` names the options behind ``extra``'s keys."""
+    return checked_config(args, options, extra, extra_flags)
 
 
 def config_from_args(args: argparse.Namespace) -> FedCureConfig:
@@ -142,13 +138,17 @@ def run(args: argparse.Namespace) -> int:
     from fedcure_app.run_plots import write_run_plots
 
     cfg = config_from_args(args)
+    check_dataset(cfg.data.dataset, cfg.data.data_dir)
+    check_out_dir(args.out)
+    if args.json:
+        check_new_file(args.json, "--json")
     console = Console(stderr=True)
     workers = resolve_workers(args.workers)
     if cfg.run.executor != "flower":
         console.print(f"[dim]{workers} worker process{'es' if workers > 1 else ''} × "
                       f"{threads} torch thread{'s' if threads > 1 else ''}[/]")
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)  # every input checked above: nothing made before
     rounds = cfg.run.global_rounds
     state = {"acc": float("nan")}
     with Progress(
@@ -184,8 +184,7 @@ def run(args: argparse.Namespace) -> int:
         jp.parent.mkdir(parents=True, exist_ok=True)
         jp.write_text(text)
         paths.append(jp)
-    paths += write_run_plots(result, out, title=f"{result['dataset']} · "
-                             f"{cfg.method.formation}/{cfg.method.scheduler}")
+    paths += write_run_plots(result, out)
     Console().print(_summary_table(result))
     Console().print("wrote " + ", ".join(str(p) for p in paths))
     return 0

@@ -43,7 +43,8 @@ def test_missing_dataset_is_one_line_exit_2(tmp_path: Path, capsys):
     rc = main(["data", "info", "--dataset", "mnist", "--data-dir", str(tmp_path)])
     err = capsys.readouterr().err
     assert rc == 2
-    assert err.startswith("fedcure data: error: MNIST not found") and err.count("\n") == 1
+    assert err.startswith(f"fedcure data: error: --data-dir {tmp_path}: MNIST not found")
+    assert err.count("\n") == 1
     assert "train-images-idx3-ubyte" in err
 
 

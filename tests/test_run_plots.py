@@ -1,0 +1,77 @@
+"""Run plots say what they show (issue 18): the clock of the time axis, the initial evaluation,
+whole-number round ticks, legends clear of the data, and titles naming formation and scheduler."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fedcure_app import run_plots
+
+
+def _result(mode: str | None, rounds: int = 3, edges: int = 3) -> dict:
+    records = [{"round": r, "time_s": 20.0 * r, "accuracy": 0.2 + 0.1 * r,
+                "queues": [0.5 * r * (m + 1) / edges for m in range(edges)]}
+               for r in range(1, rounds + 1)]
+    out = {"dataset": "digits", "initial_accuracy": 0.1, "records": records,
+           "config": {"method": {"formation": "fedcure", "scheduler": "greedy"}},
+           "formation": {"rule": "fedcure"},
+           "participation": {"share": [1 / edges] * edges, "delta": [1 / edges] * edges}}
+    if mode:
+        out["mode"] = mode
+    return out
+
+
+@pytest.fixture
+def figures(monkeypatch):
+    """Every figure written, drawn, by file name."""
+    seen: dict[str, object] = {}
+    save = run_plots._save
+
+    def keep(fig, path: Path):
+        fig.canvas.draw()
+        seen[Path(path).name] = fig
+        return save(fig, path)
+
+    monkeypatch.setattr(run_plots, "_save", keep)
+    return seen
+
+
+def _outside(fig) -> bool:
+    ax = fig.axes[0]
+    legend = ax.get_legend()
+    return legend is not None and legend.get_window_extent().x0 >= ax.get_window_extent().x1
+
+
+def test_a_deployment_plot_shows_wall_clock_time_and_the_initial_evaluation(tmp_path, figures):
+    paths = run_plots.write_run_plots(_result("deployment"), tmp_path)
+    assert [p.name for p in paths] == ["accuracy.png", "queues.png", "participation.png"]
+    assert all(p.stat().st_size > 0 for p in paths)
+    ax = figures["accuracy.png"].axes[0]
+    assert ax.get_xlabel() == "wall-clock time since round 0 was dispatched (s)"
+    x, y = ax.lines[0].get_data()
+    assert (x[0], y[0]) == (0.0, pytest.approx(10.0)) and len(x) == 4
+    for name, fig in figures.items():
+        title = fig.axes[0].get_title()
+        assert "digits · formation: fedcure · scheduler: greedy" in title, name
+        assert _outside(fig), f"{name}: the legend overlaps the data"
+
+
+def test_a_simulation_plot_says_simulated_time(tmp_path, figures):
+    run_plots.write_run_plots(_result(None), tmp_path)
+    assert figures["accuracy.png"].axes[0].get_xlabel() == "simulated time (s)"
+
+
+@pytest.mark.parametrize("rounds", [2, 3, 7, 40])
+def test_round_ticks_are_whole_numbers(tmp_path, figures, rounds):
+    run_plots.write_run_plots(_result("deployment", rounds=rounds), tmp_path)
+    ticks = figures["queues.png"].axes[0].get_xticks()
+    assert len(ticks) >= 2 and all(float(t).is_integer() for t in ticks), ticks
+
+
+def test_run_title_spells_out_what_is_known():
+    assert run_plots.run_title({"dataset": "mnist", "formation": {"rule": "none"},
+                                "config": {"method": {"scheduler": "fair"}}}) \
+        == "mnist · formation: none · scheduler: fair"
+    assert run_plots.run_title({"dataset": "mnist"}) == "mnist"
