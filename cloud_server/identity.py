@@ -19,28 +19,13 @@ from __future__ import annotations
 
 import hmac
 import json
-import re
-import secrets
 from pathlib import Path
 from typing import Any
 
 import grpc
 
 from cloud_server.errors import CloudError
-
-EDGE_CN = re.compile(r"^fedcure-edge-(\d{1,6})$")
-
-
-def edge_common_name(m: int) -> str:
-    """The certificate common name that identifies edge m."""
-    return f"fedcure-edge-{int(m)}"
-
-
-def new_edge_tokens(num_edges: int) -> dict[int, str]:
-    """A fresh random token (256 bits, URL-safe text) per edge id."""
-    if num_edges < 1:
-        raise ValueError(f"--edges must be >= 1, got {num_edges}")
-    return {m: f"edge{m}-{secrets.token_urlsafe(32)}" for m in range(num_edges)}
+from fedcure_app.edge_identity import EDGE_CN, edge_common_name, new_edge_tokens
 
 
 def load_edge_tokens(path: str | Path) -> dict[int, str]:

@@ -52,7 +52,7 @@ from fedcure_app.app_config import (
 from fedcure_app.config import FedCureConfig
 from fedcure_app.devices import DEFAULT_CPU_ROOT, FrequencyActuator, make_actuator
 from fedcure_app.models import build_model, get_weights, set_weights
-from fedcure_app.simulation.flower_run import ray_node_metric
+from fedcure_app.flower_tools import ray_node_metric
 from fedcure_app.threads import apply_thread_policy
 from fedcure_app.training import evaluate, train_local
 

@@ -5,7 +5,8 @@
   environment runs that environment's Flower even when it is not on ``PATH``;
 - :func:`write_app_dir`: a Flower App directory holding only a generated ``pyproject.toml``
   whose components are installed modules and whose ``[tool.flwr.app.config]`` is a full run
-  config. ``flwr run DIR`` (the edge role) and the Simulation Runtime (``flower_run``) take it.
+  config. ``flwr run DIR`` (the edge role) and the Simulation Runtime (``flower_run``) take it;
+- :func:`ray_node_metric`: which Ray node a ClientApp runs on, for its reply's metrics.
 """
 
 from __future__ import annotations
@@ -26,6 +27,21 @@ def flower_bin(name: str) -> str:
     """The console script ``name`` next to this Python, else ``name`` (found on PATH)."""
     here = Path(sys.executable).parent / name
     return str(here) if here.exists() else name
+
+
+def ray_node_metric() -> dict[str, int]:
+    """``{"ray-node": id}`` where this process is a Ray worker (a ClientApp on the Simulation
+    Runtime), else ``{}``: the first 48 bits of the Ray node id as an int (metrics hold numbers
+    only), so the ServerApp can tell which cluster node trained each reply. Ray is looked up
+    in ``sys.modules``, never imported: the deployed ClientApp runs without it."""
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return {}
+    try:
+        node = ray.get_runtime_context().get_node_id()
+    except Exception:  # noqa: BLE001 - a driver without a node context
+        return {}
+    return {"ray-node": int(str(node)[:12], 16)} if node else {}
 
 
 def write_app_dir(
@@ -51,4 +67,5 @@ def write_app_dir(
     return path
 
 
-__all__ = ["CLIENTAPP", "SIMULATION_SERVERAPP", "flower_bin", "write_app_dir"]
+__all__ = ["CLIENTAPP", "SIMULATION_SERVERAPP", "flower_bin", "ray_node_metric",
+           "write_app_dir"]

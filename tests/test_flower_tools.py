@@ -53,3 +53,21 @@ def test_every_command_raises_the_same_usage_error():
     assert client.cli.UsageError is UsageError
     assert edge_server.cli.UsageError is UsageError
     assert issubclass(UsageError, ValueError)
+
+
+def test_ray_node_metric_names_the_ray_node_only_inside_ray(monkeypatch):
+    from types import SimpleNamespace
+
+    from fedcure_app.flower_tools import ray_node_metric
+
+    monkeypatch.delitem(sys.modules, "ray", raising=False)
+    assert ray_node_metric() == {}
+    node = "0123456789abcdef" * 3
+    ray = SimpleNamespace(
+        is_initialized=lambda: True,
+        get_runtime_context=lambda: SimpleNamespace(get_node_id=lambda: node),
+    )
+    monkeypatch.setitem(sys.modules, "ray", ray)
+    assert ray_node_metric() == {"ray-node": int(node[:12], 16)}
+    monkeypatch.setitem(sys.modules, "ray", SimpleNamespace(is_initialized=lambda: False))
+    assert ray_node_metric() == {}

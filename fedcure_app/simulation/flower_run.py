@@ -71,22 +71,6 @@ def ray_failed_to_start(err: BaseException) -> bool:
     return False
 
 
-def ray_node_metric() -> dict[str, int]:
-    """``{"ray-node": id}`` where this process is a Ray worker (a ClientApp on the Simulation
-    Runtime), else ``{}``: the first 48 bits of the Ray node id as an int (metrics hold numbers
-    only), so the ServerApp can tell which cluster node trained each reply."""
-    import sys
-
-    ray = sys.modules.get("ray")
-    if ray is None or not ray.is_initialized():
-        return {}
-    try:
-        node = ray.get_runtime_context().get_node_id()
-    except Exception:  # noqa: BLE001 - a driver without a node context
-        return {}
-    return {"ray-node": int(str(node)[:12], 16)} if node else {}
-
-
 def run_flower_simulation(
     overrides: dict[str, Any] | None = None,
     *,
@@ -156,4 +140,4 @@ def run_flower_simulation(
     return json.loads(result_path.read_text())
 
 
-__all__ = ["full_run_config", "ray_node_metric", "run_flower_simulation"]
+__all__ = ["full_run_config", "run_flower_simulation"]
