@@ -5,8 +5,16 @@ server certificate and key, and mutual TLS (client certificates required and che
 ``client_ca``) when a client CA is given. :func:`transport_from_flags` turns the CLI flags into
 credentials or ``None`` (plaintext, only with ``--insecure``, with a warning).
 
-The shared token (``--token`` / ``$FEDCURE_TOKEN``) is checked by the service on every RPC in
-constant time (:func:`token_ok`).
+The shared token (``--token`` / ``$FEDCURE_TOKEN``) is checked by the service, in constant time
+(:func:`token_ok`), on every RPC except ``Monitor.Status``: Register and Claim (clients), and
+Connect, Submit and Members (edges) unless per-edge credentials replace it for the edges
+(``cloud_server.identity``: per-edge tokens, or edge client certificates under mutual TLS).
+
+``Monitor.Status`` answers without a token so that healthchecks (``fedcure-healthcheck``) need no
+secret (under mutual TLS the caller still needs a client certificate from the CA). It reveals
+only the phase, the global version and round, the configured number of rounds, how many clients
+registered (of how many expected), how many edges are connected (of how many), and the ids of
+the coalitions training now: no client names, addresses, models, metrics or tokens.
 """
 
 from __future__ import annotations

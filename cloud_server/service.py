@@ -1388,7 +1388,7 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
     # ================================================================== Monitor
     async def Status(self, request: pb.StatusRequest, context: grpc.aio.ServicerContext
                      ) -> pb.StatusReply:
-        """Health and progress, answered WITHOUT a token (healthchecks, ``fedcure status``):
+        """Health and progress, answered WITHOUT a token (healthchecks, ``fedcure-healthcheck``):
         phase, global version and round, the configured rounds, counts of registered clients
         and connected edges, and the ids of the coalitions training now. No names, addresses,
         models, metrics or tokens (see ``cloud_server.security``)."""
