@@ -288,3 +288,18 @@ def test_a_trainer_killed_mid_round_is_dropped_from_that_task_restarted_and_trai
     assert record["edge_latency_s"] < 200, record
     later = [a for a in read_applied(victim / "node-data.npz") if a["task"] != crashed_task]
     assert later, "the victim never trained again after its trainer was killed"
+
+
+def test_warm_client_settings_are_range_checked_from_the_environment():
+    from fedcure_app.config import ConfigError, WarmClientConfig
+
+    cfg = WarmClientConfig.from_env({"FEDCURE_SUPERNODE_IDLE_MAX_S": "0.5"}, runtime="flower")
+    assert cfg.supernode_idle_max_s == 0.5 and cfg.runtime == "flower"
+    assert WarmClientConfig.from_env(cfg.to_env()).supernode_idle_max_s == 0.5
+    with pytest.raises(ConfigError, match="supernode_idle_max_s"):
+        WarmClientConfig.from_env({"FEDCURE_SUPERNODE_IDLE_MAX_S": "9"})
+    with pytest.raises(ConfigError, match="must not exceed"):
+        WarmClientConfig.from_env({"FEDCURE_EXECUTOR_POLL_MIN_S": "2",
+                                   "FEDCURE_EXECUTOR_POLL_MAX_S": "1"})
+    with pytest.raises(ConfigError):
+        WarmClientConfig.from_env({}, runtime="cold")
