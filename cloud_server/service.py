@@ -314,6 +314,10 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
         self.screen = NormScreen(rel.norm_factor, rel.norm_window, rel.norm_min_history)
         #: lost edge servers, expired tasks, reconnections (JSON-safe rows)
         self.faults: list[dict[str, Any]] = []
+        from cloud_server.progress import ProgressBoard
+
+        #: the ESs' live reports inside a task (EdgeLink.Progress): logged, shown in Status
+        self.progress = ProgressBoard()
         from cloud_server.checkpoint import CheckpointStore
 
         #: where the durable state goes (None: no checkpoints)
@@ -1390,8 +1394,11 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
                      ) -> pb.StatusReply:
         """Health and progress, answered WITHOUT a token (healthchecks, ``fedcure-healthcheck``):
         phase, global version and round, the configured rounds, counts of registered clients
-        and connected edges, and the ids of the coalitions training now. No names, addresses,
+        and connected edges, the ids of the coalitions training now and where their tasks stand
+        (edge round, ids of the clients still training, seconds, ETA). No names, addresses,
         models, metrics or tokens (see ``cloud_server.security``)."""
+        from cloud_server.progress import live_task
+
         s = self.strategy
         return pb.StatusReply(
             phase=self.phase,
@@ -1403,6 +1410,7 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
             edges_connected=sum(e.connected.is_set() for e in self._edges.values()),
             num_edges=self.num_edges,
             in_flight=self._in_flight_view,
+            progress=self.progress.snapshot(live_task(self)),
         )
 
 
@@ -1420,7 +1428,9 @@ class AddressInUse(OSError):
 def add_servicers(server: grpc.aio.Server, service: CloudService) -> None:
     """Serve the three services; EdgeLink with the codec's fast wire path for models."""
     pb_grpc.add_AssociationServicer_to_server(service, server)
-    server.add_generic_rpc_handlers((edge_link_handler(service),))
+    from cloud_server.progress import progress_handler
+
+    server.add_generic_rpc_handlers((edge_link_handler(service), progress_handler(service)))
     pb_grpc.add_MonitorServicer_to_server(service, server)
 
 

@@ -29,9 +29,11 @@ import grpc
 from flwr.serverapp import Grid
 
 from edge_server.directory import NodeDirectory
+from edge_server.progress import ProgressReporter
 from edge_server.settings import EdgeSettings
 from fedcure_app.edge import CoalitionGrid, EdgeTaskError, run_edge_task
 from fedcure_app.protocol import cloud_pb2 as pb
+from fedcure_app.protocol import cloud_pb2_grpc as pb_grpc
 from fedcure_app.protocol.codec import EdgeLinkClient, result_to_wire, task_from_proto
 
 log = logging.getLogger("fedcure.edge")
@@ -87,6 +89,9 @@ class EdgeServer:
         self.settings = settings
         self.channel = channel if channel is not None else open_cloud_channel(settings)
         self.link = EdgeLinkClient(self.channel)
+        #: live progress inside a task -> EdgeLink.Progress (edge round, clients training)
+        self.progress = ProgressReporter(pb_grpc.EdgeLinkStub(self.channel).Progress,
+                                         settings.edge_id, settings.token)
         self.directory = NodeDirectory(grid)
         self.stats = EdgeStats()
         self._stop = threading.Event()
@@ -95,6 +100,7 @@ class EdgeServer:
     def stop(self) -> None:
         self._stop.set()
         self.channel.close()
+        self.progress.close()
 
     # ------------------------------------------------------------------ the loop
     @property
@@ -171,6 +177,8 @@ class EdgeServer:
                  s.edge_id, task.task_id, task.version, list(task.clients), task.tau_e,
                  task.tau_c, {c: round(f, 3) for c, f in task.frequencies_ghz.items()})
         result = None
+        self.progress.start_task(task.task_id, task.tau_e)
+        self.progress.update(0, list(task.clients))  # reported while its clients are looked up
         for attempt in range(2):
             mapping = self.directory.resolve(
                 task.clients, s.discovery_timeout_s,
@@ -189,7 +197,7 @@ class EdgeServer:
             try:
                 result = run_edge_task(
                     CoalitionGrid(self.grid, nodes), task, mapping, poll_s=s.poll_s,
-                    timeout_s=s.edge_timeout_s,
+                    timeout_s=s.edge_timeout_s, on_progress=self.progress.update,
                     on_round=lambda r, wall, done, t=task: log.info(
                         "edge %d: task %s edge round %d/%d: %.3f s wall, clients %s",
                         s.edge_id, t.task_id, r, t.tau_e, wall, done))
@@ -202,6 +210,7 @@ class EdgeServer:
         assert result is not None
         latency = time.monotonic() - t0
         reply = self._submit(result, latency)
+        self.progress.end_task()
         self.stats.tasks += 1
         self.stats.edge_rounds += task.tau_e
         self.stats.seconds += latency

@@ -137,21 +137,26 @@ def pull_replies(
     timeout_s: float | None = None,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
+    on_reply: Callable[[set[str]], None] | None = None,
 ) -> tuple[dict[str, Message], set[str]]:
     """Pull the replies to ``message_ids`` until all are in or ``timeout_s`` passes.
 
     Returns (message id → reply, ids still unanswered). Each id is pulled only until its reply
     came back: the grid deletes a reply once returned, and asking again gives an error reply.
+    ``on_reply(pending ids)`` is called after every pull that brought replies (progress).
     """
     pending = {i for i in message_ids if i}
     got: dict[str, Message] = {}
     deadline = None if timeout_s is None else clock() + timeout_s
     while pending:
+        before = len(pending)
         for reply in grid.pull_messages(sorted(pending)):
             mid = reply.metadata.reply_to_message_id
             if mid in pending:
                 pending.discard(mid)
                 got[mid] = reply
+        if on_reply is not None and len(pending) < before:
+            on_reply(set(pending))
         if not pending or (deadline is not None and clock() >= deadline):
             break
         sleep(poll_s)
@@ -247,6 +252,7 @@ def run_edge_task(
     timeout_s: float | None = None,
     extra_config: Mapping[str, Any] | None = None,
     on_round: Callable[[int, float, list[int]], None] | None = None,
+    on_progress: Callable[[int, list[int]], None] | None = None,
 ) -> EdgeResult:
     """Run ``task``: τ_e synchronous FedAvg rounds over its coalition through ``grid``.
 
@@ -256,7 +262,9 @@ def run_edge_task(
     the messages and for what happens to clients that fail. ``extra_config`` adds entries to every message's
     ConfigRecord (e.g. a fingerprint of the data the clients must hold). Returns the edge model
     as numpy arrays, with ``num_samples`` = Σ|D_n| over the clients that answered the last
-    round.
+    round. ``on_progress(edge_round, waiting)`` hears where the task stands: the 0-based edge
+    round being trained and the clients whose reply it still waits for, when a round starts,
+    whenever clients answer, and as ``(tau_e, [])`` once the last round is aggregated.
     """
     if task.tau_e < 1:
         raise ValueError(f"tau_e must be >= 1, got {task.tau_e}")
@@ -291,7 +299,15 @@ def run_edge_task(
         problems: dict[int, str] = {
             c: "could not be pushed" for mid, c in zip(ids, active) if not mid
         }
-        got, pending = pull_replies(grid, client_of_id, poll_s=poll_s, timeout_s=timeout_s)
+        on_reply = None
+        if on_progress is not None:
+            on_progress(r, sorted(client_of_id.values()))
+
+            def on_reply(waiting: set[str], r: int = r, ids: dict = client_of_id) -> None:
+                on_progress(r, sorted(ids[m] for m in waiting))
+
+        got, pending = pull_replies(grid, client_of_id, poll_s=poll_s, timeout_s=timeout_s,
+                                    on_reply=on_reply)
         for mid in pending:
             problems[client_of_id[mid]] = f"no reply within {timeout_s} s"
         ok: dict[int, Message] = {}
@@ -340,6 +356,8 @@ def run_edge_task(
         active = survivors
         if on_round is not None:
             on_round(r, time.monotonic() - t_round, list(survivors))
+    if on_progress is not None:
+        on_progress(task.tau_e, [])
     return EdgeResult(
         task_id=task.task_id,
         coalition=task.coalition,

@@ -315,12 +315,27 @@ def supervise(roles: Roles, status: StatusPoller, rounds: int, args: argparse.Na
             if s is not None:
                 detail = (f"{s.clients_registered}/{s.expected_clients} clients, "
                           f"{s.edges_connected}/{s.num_edges} edges")
+                if s.progress:  # inside the global round: each coalition's edge round
+                    detail = progress_text(s.progress)
                 progress.update(bar, completed=min(s.round, rounds),
                                 phase=phases.get(s.phase, "?"), detail=detail)
             if args.timeout and time.monotonic() - t0 > args.timeout:
                 return 1, f"timed out after {args.timeout:.0f} s"
             stop.wait(0.5)
     return 130, "interrupted"
+
+
+def progress_text(progress: Any) -> str:
+    """``Monitor.Status``'s per-coalition progress in short: ``c0 e4/12 wait[3,5] ~40s`` (edge
+    round being trained of τ_e, clients still training, ETA in seconds), ``|``-separated."""
+    parts = []
+    for p in progress:
+        wait = ",".join(str(c) for c in p.training_client_ids)
+        step = (f"e{p.edge_round + 1}/{p.tau_e}" if p.edge_round < p.tau_e
+                else f"e{p.tau_e}/{p.tau_e} done")
+        parts.append(f"c{p.coalition} {step}" + (f" wait[{wait}]" if wait else "")
+                     + f" ~{p.eta_s:.0f}s")
+    return " | ".join(parts)
 
 
 def _summary(result: dict[str, Any]) -> Any:

@@ -177,6 +177,30 @@ class SubmitReply(_message.Message):
     detail: str
     def __init__(self, accepted: _Optional[bool] = ..., version: _Optional[int] = ..., detail: _Optional[str] = ...) -> None: ...
 
+class ProgressRequest(_message.Message):
+    __slots__ = ("task_id", "edge_id", "edge_round", "tau_e", "training_client_ids", "elapsed_s", "token")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    EDGE_ID_FIELD_NUMBER: _ClassVar[int]
+    EDGE_ROUND_FIELD_NUMBER: _ClassVar[int]
+    TAU_E_FIELD_NUMBER: _ClassVar[int]
+    TRAINING_CLIENT_IDS_FIELD_NUMBER: _ClassVar[int]
+    ELAPSED_S_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    edge_id: int
+    edge_round: int
+    tau_e: int
+    training_client_ids: _containers.RepeatedScalarFieldContainer[int]
+    elapsed_s: float
+    token: str
+    def __init__(self, task_id: _Optional[str] = ..., edge_id: _Optional[int] = ..., edge_round: _Optional[int] = ..., tau_e: _Optional[int] = ..., training_client_ids: _Optional[_Iterable[int]] = ..., elapsed_s: _Optional[float] = ..., token: _Optional[str] = ...) -> None: ...
+
+class ProgressReply(_message.Message):
+    __slots__ = ("expected",)
+    EXPECTED_FIELD_NUMBER: _ClassVar[int]
+    expected: bool
+    def __init__(self, expected: _Optional[bool] = ...) -> None: ...
+
 class MembersRequest(_message.Message):
     __slots__ = ("edge_id", "token")
     EDGE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -206,7 +230,7 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatusReply(_message.Message):
-    __slots__ = ("phase", "version", "round", "global_rounds", "clients_registered", "expected_clients", "edges_connected", "num_edges", "in_flight")
+    __slots__ = ("phase", "version", "round", "global_rounds", "clients_registered", "expected_clients", "edges_connected", "num_edges", "in_flight", "progress")
     class Phase(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         PHASE_UNSPECIFIED: _ClassVar[StatusReply.Phase]
@@ -226,6 +250,7 @@ class StatusReply(_message.Message):
     EDGES_CONNECTED_FIELD_NUMBER: _ClassVar[int]
     NUM_EDGES_FIELD_NUMBER: _ClassVar[int]
     IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
     phase: StatusReply.Phase
     version: int
     round: int
@@ -235,4 +260,23 @@ class StatusReply(_message.Message):
     edges_connected: int
     num_edges: int
     in_flight: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, phase: _Optional[_Union[StatusReply.Phase, str]] = ..., version: _Optional[int] = ..., round: _Optional[int] = ..., global_rounds: _Optional[int] = ..., clients_registered: _Optional[int] = ..., expected_clients: _Optional[int] = ..., edges_connected: _Optional[int] = ..., num_edges: _Optional[int] = ..., in_flight: _Optional[_Iterable[int]] = ...) -> None: ...
+    progress: _containers.RepeatedCompositeFieldContainer[CoalitionProgress]
+    def __init__(self, phase: _Optional[_Union[StatusReply.Phase, str]] = ..., version: _Optional[int] = ..., round: _Optional[int] = ..., global_rounds: _Optional[int] = ..., clients_registered: _Optional[int] = ..., expected_clients: _Optional[int] = ..., edges_connected: _Optional[int] = ..., num_edges: _Optional[int] = ..., in_flight: _Optional[_Iterable[int]] = ..., progress: _Optional[_Iterable[_Union[CoalitionProgress, _Mapping]]] = ...) -> None: ...
+
+class CoalitionProgress(_message.Message):
+    __slots__ = ("coalition", "edge_round", "tau_e", "training_client_ids", "elapsed_s", "eta_s", "age_s")
+    COALITION_FIELD_NUMBER: _ClassVar[int]
+    EDGE_ROUND_FIELD_NUMBER: _ClassVar[int]
+    TAU_E_FIELD_NUMBER: _ClassVar[int]
+    TRAINING_CLIENT_IDS_FIELD_NUMBER: _ClassVar[int]
+    ELAPSED_S_FIELD_NUMBER: _ClassVar[int]
+    ETA_S_FIELD_NUMBER: _ClassVar[int]
+    AGE_S_FIELD_NUMBER: _ClassVar[int]
+    coalition: int
+    edge_round: int
+    tau_e: int
+    training_client_ids: _containers.RepeatedScalarFieldContainer[int]
+    elapsed_s: float
+    eta_s: float
+    age_s: float
+    def __init__(self, coalition: _Optional[int] = ..., edge_round: _Optional[int] = ..., tau_e: _Optional[int] = ..., training_client_ids: _Optional[_Iterable[int]] = ..., elapsed_s: _Optional[float] = ..., eta_s: _Optional[float] = ..., age_s: _Optional[float] = ...) -> None: ...

@@ -178,6 +178,11 @@ class EdgeLinkStub:
                 request_serializer=fedcure__app_dot_protocol_dot_cloud__pb2.MembersRequest.SerializeToString,
                 response_deserializer=fedcure__app_dot_protocol_dot_cloud__pb2.MembersReply.FromString,
                 _registered_method=True)
+        self.Progress = channel.unary_unary(
+                '/fedcure.v1.EdgeLink/Progress',
+                request_serializer=fedcure__app_dot_protocol_dot_cloud__pb2.ProgressRequest.SerializeToString,
+                response_deserializer=fedcure__app_dot_protocol_dot_cloud__pb2.ProgressReply.FromString,
+                _registered_method=True)
 
 
 class EdgeLinkServicer:
@@ -206,6 +211,12 @@ class EdgeLinkServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Progress(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_EdgeLinkServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -223,6 +234,11 @@ def add_EdgeLinkServicer_to_server(servicer, server):
                     servicer.Members,
                     request_deserializer=fedcure__app_dot_protocol_dot_cloud__pb2.MembersRequest.FromString,
                     response_serializer=fedcure__app_dot_protocol_dot_cloud__pb2.MembersReply.SerializeToString,
+            ),
+            'Progress': grpc.unary_unary_rpc_method_handler(
+                    servicer.Progress,
+                    request_deserializer=fedcure__app_dot_protocol_dot_cloud__pb2.ProgressRequest.FromString,
+                    response_serializer=fedcure__app_dot_protocol_dot_cloud__pb2.ProgressReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -311,6 +327,33 @@ class EdgeLink:
             '/fedcure.v1.EdgeLink/Members',
             fedcure__app_dot_protocol_dot_cloud__pb2.MembersRequest.SerializeToString,
             fedcure__app_dot_protocol_dot_cloud__pb2.MembersReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Progress(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fedcure.v1.EdgeLink/Progress',
+            fedcure__app_dot_protocol_dot_cloud__pb2.ProgressRequest.SerializeToString,
+            fedcure__app_dot_protocol_dot_cloud__pb2.ProgressReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -134,3 +134,39 @@ def test_no_process_outlives_the_launch(launched):
     record = json.loads((out / "launch.json").read_text())
     assert not [name for name, pid in record["pids"].items() if alive(int(pid))]
     assert not _processes_under(out), _processes_under(out)
+
+
+def _seconds(line: str) -> int:
+    """Seconds of day of a cloud log line (``HH:MM:SS LEVEL name: message``)."""
+    h, m, s = (int(x) for x in line[:8].split(":"))
+    return 3600 * h + 60 * m + s
+
+
+def test_the_cloud_log_shows_edge_round_progress_at_least_every_30_s(launched):
+    """From each task's dispatch to its answer, the cloud's log has a line about where the task
+    stands (edge round, clients still training, ETA) at least every 30 s (issue 18)."""
+    import re
+
+    out, done = launched
+    assert done.returncode == 0, _diagnostics(out, done)
+    lines = (out / "logs" / "cloud.log").read_text().splitlines()
+    sent = {m.group(1): _seconds(ln) for ln in lines
+            if (m := re.search(r"round \d+: task (\S+) -> edge \d+", ln))}
+    result = json.loads((out / "result.json").read_text())
+    answered = {r["task_id"]: r for r in result["records"]}
+    arrived = {}
+    for ln in lines:
+        m = re.search(r"round (\d+)/\d+: coalition \d+ arrived", ln)
+        if m:
+            task_id = next(t for t, r in answered.items() if r["round"] == int(m.group(1)))
+            arrived[task_id] = _seconds(ln)
+    assert set(answered) <= set(sent) and set(answered) == set(arrived)
+    for task_id in answered:
+        progress = [_seconds(ln) for ln in lines
+                    if f"task {task_id} " in ln and re.search(r"edge round|edge rounds done", ln)]
+        assert progress, f"no progress line for task {task_id}"
+        times = [sent[task_id], *progress, arrived[task_id]]
+        gaps = [b - a for a, b in zip(times, times[1:])]
+        assert max(gaps) <= 30, (task_id, gaps)
+    assert any(re.search(r"coalition \d: task \S+ edge round 2/2, waiting for clients \[", ln)
+               and "ETA ~" in ln for ln in lines)

@@ -1,0 +1,167 @@
+"""Live progress inside a global round: what each coalition's ES reports (``EdgeLink.Progress``).
+
+An ES reports the edge round its task is training and the clients it still waits for (see
+``edge_server.progress``). :class:`ProgressBoard` keeps the latest report per coalition, logs it
+(``coalition 1: task r3-c1-v2 edge round 4/12, waiting for clients [3, 5], 35 s in, ETA ~40 s``) on
+every new edge round and at least every ``log_every_s`` seconds while reports keep coming, and
+answers ``Monitor.Status`` with a :class:`~fedcure_app.protocol.cloud_pb2.CoalitionProgress` per
+task still in flight. The ETA comes from the latency estimator: the task's estimate T̂_m at
+dispatch, split evenly over its τ_e edge rounds (:func:`eta_s`).
+
+:func:`progress_handler` serves the RPC next to the codec's EdgeLink handler; :func:`on_progress`
+is its body (token and edge identity checked like every EdgeLink call).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from fedcure_app.protocol import cloud_pb2 as pb
+
+log = logging.getLogger("fedcure.cloud")
+
+#: longest silence in the log (s) about a coalition whose ES keeps reporting the same state
+LOG_EVERY_S = 15.0
+
+
+def eta_s(edge_round: int, tau_e: int, estimate_s: float) -> float:
+    """Seconds until the task's answer, from the estimator: the edge rounds not finished yet
+    (``tau_e - edge_round``, ``edge_round`` 0-based) × the estimate's share per edge round
+    (``estimate_s / tau_e``; the estimate covers the whole task). Never negative."""
+    if tau_e < 1 or not estimate_s > 0:
+        return 0.0
+    left = min(max(tau_e - edge_round, 0), tau_e)
+    return estimate_s * left / tau_e
+
+
+@dataclass
+class Report:
+    """One coalition's latest progress report."""
+
+    task_id: str
+    coalition: int
+    edge_round: int
+    tau_e: int
+    waiting: tuple[int, ...]
+    elapsed_s: float
+    estimate_s: float
+    received_at: float  # clock() when it came
+
+
+class ProgressBoard:
+    """The latest report per coalition, logged and shown in ``Monitor.Status``."""
+
+    def __init__(self, log_every_s: float = LOG_EVERY_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.log_every_s = float(log_every_s)
+        self._clock = clock
+        self._reports: dict[int, Report] = {}
+        self._logged: dict[int, tuple[str, int, float]] = {}  # task, edge round, when
+
+    def update(self, report: Report) -> bool:
+        """Keep ``report``; log it when its edge round is new or the last line about this
+        coalition is ``log_every_s`` old. Returns whether it was logged."""
+        self._reports[report.coalition] = report
+        last = self._logged.get(report.coalition)
+        now = report.received_at
+        if (last is not None and last[0] == report.task_id and last[1] == report.edge_round
+                and now - last[2] < self.log_every_s):
+            return False
+        self._logged[report.coalition] = (report.task_id, report.edge_round, now)
+        log.info("%s", describe(report))
+        return True
+
+    def forget(self, coalition: int) -> None:
+        self._reports.pop(coalition, None)
+
+    def snapshot(self, live: Callable[[str], bool]) -> list[pb.CoalitionProgress]:
+        """The reports of tasks still in flight (``live(task_id)``), ages and ETAs as of now."""
+        now = self._clock()
+        out = []
+        for m in sorted(self._reports):
+            r = self._reports[m]
+            if not live(r.task_id):
+                continue
+            age = max(0.0, now - r.received_at)
+            out.append(pb.CoalitionProgress(
+                coalition=m, edge_round=r.edge_round, tau_e=r.tau_e,
+                training_client_ids=list(r.waiting), elapsed_s=r.elapsed_s + age,
+                eta_s=max(0.0, eta_s(r.edge_round, r.tau_e, r.estimate_s) - age), age_s=age))
+        return out
+
+
+def describe(r: Report) -> str:
+    """One log line for a report."""
+    if r.edge_round >= r.tau_e:
+        where = f"all {r.tau_e} edge rounds done, submitting"
+    else:
+        where = (f"edge round {r.edge_round + 1}/{r.tau_e}, "
+                 + (f"waiting for clients {list(r.waiting)}" if r.waiting
+                    else "aggregating"))
+    eta = eta_s(r.edge_round, r.tau_e, r.estimate_s)
+    return (f"coalition {r.coalition}: task {r.task_id} {where}, {r.elapsed_s:.0f} s in, "
+            f"ETA ~{eta:.0f} s (estimate T^ {r.estimate_s:.0f} s)")
+
+
+async def on_progress(service: Any, request: pb.ProgressRequest, context: Any
+                      ) -> pb.ProgressReply:
+    """``EdgeLink.Progress`` on ``service`` (a :class:`cloud_server.service.CloudService`)."""
+    from cloud_server.errors import CloudError
+
+    try:
+        m = service._check_edge(request.token, request.edge_id, context)
+        task = service._tasks.get(request.task_id)
+        if task is not None and task.dispatch.coalition != m:
+            raise CloudError(grpc.StatusCode.INVALID_ARGUMENT,
+                             f"task {request.task_id[:80]!r} belongs to edge "
+                             f"{task.dispatch.coalition}, not edge {m}")
+        if not (0 <= request.edge_round <= request.tau_e <= 1_000_000
+                and request.elapsed_s >= 0 and len(request.training_client_ids) <= 100_000):
+            raise CloudError(grpc.StatusCode.INVALID_ARGUMENT,
+                             "edge_round must be in [0, tau_e], elapsed_s >= 0")
+    except CloudError as err:
+        await context.abort(err.code, err.message)
+        raise  # unreachable: abort raises
+    if task is None or task.reply is not None or task.expired is not None or service.done:
+        return pb.ProgressReply(expected=False)
+    members = set(task.dispatch.clients)
+    service.progress.update(Report(
+        task_id=task.task_id, coalition=m, edge_round=int(request.edge_round),
+        tau_e=int(request.tau_e),
+        waiting=tuple(int(c) for c in request.training_client_ids if c in members),
+        elapsed_s=float(request.elapsed_s), estimate_s=float(task.dispatch.t_hat_s),
+        received_at=service.progress._clock()))
+    return pb.ProgressReply(expected=True)
+
+
+def progress_handler(service: Any) -> grpc.GenericRpcHandler:
+    """Serves ``fedcure.v1.EdgeLink/Progress`` (next to the codec's EdgeLink handler)."""
+
+    async def handle(request: pb.ProgressRequest, context: Any) -> pb.ProgressReply:
+        return await on_progress(service, request, context)
+
+    return grpc.method_handlers_generic_handler("fedcure.v1.EdgeLink", {
+        "Progress": grpc.unary_unary_rpc_method_handler(
+            handle, request_deserializer=pb.ProgressRequest.FromString,
+            response_serializer=pb.ProgressReply.SerializeToString),
+    })
+
+
+def live_task(service: Any) -> Callable[[str], bool]:
+    """``task_id -> bool``: the task is still expected (no answer, not expired)."""
+
+    def live(task_id: str) -> bool:
+        t = service._tasks.get(task_id)
+        return t is not None and t.reply is None and t.expired is None and not service.done
+
+    return live
+
+
+__all__ = ["LOG_EVERY_S", "ProgressBoard", "Report", "describe", "eta_s", "live_task",
+           "on_progress", "progress_handler"]

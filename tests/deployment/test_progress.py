@@ -1,0 +1,148 @@
+"""Live progress inside a global round (issue 18): the edge reports the edge round its task is in
+and the clients still training (``EdgeLink.Progress``); the cloud logs it, shows it in
+``Monitor.Status`` with an ETA from the estimator, and stops taking reports of answered tasks."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import grpc
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from cloud_server.progress import ProgressBoard, Report, eta_s
+from edge_server.progress import ProgressReporter
+from fedcure_app.cli.launch import progress_text
+from fedcure_app.edge import run_edge_task
+from fedcure_app.protocol import cloud_pb2 as pb
+from fedcure_app.protocol import cloud_pb2_grpc as pb_grpc
+from tests.deployment.fakes import FakeEdge, channel, make_cfg, register_request, start_cloud
+from tests.simulation.fake_grid import task_identity
+from tests.simulation.test_edge import NODE, grid_for, make_task
+
+
+@given(st.integers(1, 500), st.floats(0.0, 1e6), st.data())
+def test_eta_is_the_estimate_share_of_the_edge_rounds_left(tau_e, estimate, data):
+    r = data.draw(st.integers(0, tau_e))
+    eta = eta_s(r, tau_e, estimate)
+    assert 0.0 <= eta <= estimate + 1e-9
+    assert eta == pytest.approx(estimate * (tau_e - r) / tau_e)
+    if r < tau_e:
+        assert eta_s(r + 1, tau_e, estimate) <= eta
+    assert eta_s(0, tau_e, estimate) == pytest.approx(estimate)
+    assert eta_s(tau_e, tau_e, estimate) == 0.0
+
+
+def _report(edge_round: int, at: float, task: str = "r1-c0-v0") -> Report:
+    return Report(task_id=task, coalition=0, edge_round=edge_round, tau_e=4, waiting=(2, 5),
+                  elapsed_s=at, estimate_s=40.0, received_at=at)
+
+
+def test_the_board_logs_new_edge_rounds_and_repeats_itself_every_log_interval(caplog):
+    board = ProgressBoard(log_every_s=15.0, clock=lambda: 0.0)
+    with caplog.at_level(logging.INFO, logger="fedcure.cloud"):
+        logged = [board.update(_report(r, t)) for r, t in
+                  [(0, 0.0), (0, 10.0), (0, 16.0), (1, 17.0), (1, 20.0), (1, 40.0)]]
+    assert logged == [True, False, True, True, False, True]
+    assert ("coalition 0: task r1-c0-v0 edge round 2/4, waiting for clients [2, 5], 17 s in, "
+            "ETA ~30 s (estimate T^ 40 s)") in caplog.messages
+
+
+def test_the_reporter_sends_changes_at_once_and_heartbeats_while_unchanged():
+    sent: list[pb.ProgressRequest] = []
+    got = threading.Event()
+
+    def send(req, timeout):
+        sent.append(req)
+        got.set()
+        return pb.ProgressReply(expected=True)
+
+    rep = ProgressReporter(send, edge_id=3, token="t", heartbeat_s=0.05)
+    try:
+        rep.update(0, [1])  # no task yet: nothing to report
+        time.sleep(0.15)
+        assert sent == []
+        rep.start_task("r2-c3-v1", 4)
+        rep.update(1, [7, 9])
+        assert got.wait(2)
+        time.sleep(0.3)
+        assert len(sent) >= 3, "no heartbeat while the state stayed the same"
+        first = sent[0]
+        assert (first.task_id, first.edge_id, first.edge_round, first.tau_e,
+                list(first.training_client_ids), first.token) == ("r2-c3-v1", 3, 1, 4, [7, 9], "t")
+        assert sent[-1].elapsed_s > first.elapsed_s
+        rep.end_task()
+        time.sleep(0.1)
+        n = len(sent)
+        time.sleep(0.2)
+        assert len(sent) == n, "reports went on after the task ended"
+    finally:
+        rep.close()
+
+
+def test_the_reporter_stops_when_the_cloud_lacks_the_rpc():
+    calls = []
+
+    class Unimplemented(grpc.RpcError):
+        def code(self):
+            return grpc.StatusCode.UNIMPLEMENTED
+
+    def send(req, timeout):
+        calls.append(req)
+        raise Unimplemented()
+
+    rep = ProgressReporter(send, edge_id=0, heartbeat_s=0.02)
+    try:
+        rep.start_task("t", 2)
+        rep.update(0, [1])
+        time.sleep(0.3)
+        assert len(calls) == 1
+    finally:
+        rep.close()
+
+
+def test_run_edge_task_reports_each_round_and_who_is_still_training():
+    calls: list[tuple[int, list[int]]] = []
+    with task_identity():
+        grid = grid_for(c2={"silent_rounds": (0,)})
+        run_edge_task(grid, make_task(clients=(0, 1, 2), tau_e=2), NODE, poll_s=0.001,
+                      timeout_s=0.2, on_progress=lambda r, w: calls.append((r, list(w))))
+    assert calls[0] == (0, [0, 1, 2])
+    assert (0, [2]) in calls, "client 2, still training, was never reported"
+    assert calls[calls.index((0, [2])) + 1] == (1, [0, 1])  # client 2 dropped after round 0
+    assert calls[-2:] == [(1, []), (2, [])]
+
+
+def test_the_cloud_shows_reports_of_tasks_in_flight_and_refuses_answered_ones(cleanup, caplog):
+    server = start_cloud(make_cfg(2, 1, **{"global-rounds": 3}), expected=2)
+    cleanup.append(server)
+    ch = channel(server.address)
+    cleanup.append(ch)
+    assoc = pb_grpc.AssociationStub(ch)
+    futs = [assoc.Register.future(register_request(f"c{i}", [5] * 4, home=0), timeout=20)
+            for i in range(2)]
+    edge = FakeEdge(server.address, 0)
+    cleanup.append(edge)
+    [f.result() for f in futs]
+    task = edge.next_task(timeout=20)
+    link = pb_grpc.EdgeLinkStub(ch)
+    monitor = pb_grpc.MonitorStub(ch)
+    req = pb.ProgressRequest(task_id=task.task_id, edge_id=0, edge_round=1, tau_e=2,
+                             training_client_ids=[1], elapsed_s=3.0)
+    with caplog.at_level(logging.INFO, logger="fedcure.cloud"):
+        assert link.Progress(req, timeout=5).expected
+    assert any(f"coalition 0: task {task.task_id} edge round 2/2, waiting for clients [1]" in m
+               for m in caplog.messages)
+    (p,) = monitor.Status(pb.StatusRequest(), timeout=5).progress
+    assert (p.coalition, p.edge_round, p.tau_e, list(p.training_client_ids)) == (0, 1, 2, [1])
+    assert p.elapsed_s >= 3.0 and p.age_s >= 0.0 and p.eta_s >= 0.0
+    assert progress_text([p]).startswith("c0 e2/2 wait[1] ~")
+    with pytest.raises(grpc.RpcError) as err:  # another edge's task
+        link.Progress(pb.ProgressRequest(task_id=task.task_id, edge_id=5, tau_e=2), timeout=5)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert edge.submit(task).accepted
+    assert not link.Progress(req, timeout=5).expected
+    assert list(monitor.Status(pb.StatusRequest(), timeout=5).progress) == []
