@@ -48,6 +48,8 @@ def _merge_smallest(X: np.ndarray, labels: np.ndarray) -> np.ndarray:
 
 
 def _split_largest(X: np.ndarray, labels: np.ndarray, seed: int) -> np.ndarray:
+    # lazy: scikit-learn takes seconds to import and only the kmeans/meanshift baselines need
+    # it; every driver imports coalition formation (which imports this module)
     from sklearn.cluster import KMeans
 
     ids, sizes = np.unique(labels, return_counts=True)
@@ -88,6 +90,8 @@ def cluster_coalitions(label_counts, num_edges: int, method: str = "kmeans",
 
     Returns an (N,) int64 assignment in which every ES has at least one client.
     """
+    # lazy: scikit-learn takes seconds to import and only the kmeans/meanshift baselines need
+    # it; every driver imports coalition formation (which imports this module)
     from sklearn.cluster import KMeans, MeanShift, estimate_bandwidth
 
     method = choice(method, "clustering method", METHODS)

@@ -75,6 +75,7 @@ def source_files(directory: Path) -> list[Path]:
 
 def decode_pngs(paths: list[str]) -> np.ndarray:
     """Decode 32×32 images into uint8 (N, 32, 32, 3); runs inside pool workers."""
+    # lazy: only CINIC-10's PNGs need Pillow; every other dataset reader loads without it
     from PIL import Image
 
     out = np.empty((len(paths), 32, 32, 3), dtype=np.uint8)

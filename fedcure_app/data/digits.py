@@ -53,6 +53,7 @@ def load_pixels() -> tuple[np.ndarray, np.ndarray]:
     if path is not None:
         pixels, labels = _parse_csv(path)
     else:
+        # lazy: scikit-learn takes seconds to import; only needed without the bundled CSV
         from sklearn.datasets import load_digits
 
         log.info("digits.csv.gz not found beside scikit-learn; using load_digits()")

@@ -20,6 +20,8 @@ DOWNLOADABLE: dict[str, str] = {"mnist": "MNIST", "cifar10": "CIFAR10", "svhn": 
 
 def _torchvision_datasets():
     try:
+        # lazy and guarded: torchvision is an optional extra ([vision]) that may be absent
+        # or fail to import; only a download needs it
         import torchvision.datasets as tvd
     except Exception as err:  # a missing or broken install can fail in many ways
         return None, f"{type(err).__name__}: {err}"

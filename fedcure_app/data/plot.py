@@ -12,6 +12,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+from matplotlib import colormaps
+from matplotlib.figure import Figure
+
+from fedcure_app.core.divergence import average_pairwise_jsd, coalition_label_counts
 
 log = logging.getLogger(__name__)
 
@@ -19,8 +23,6 @@ KINDS: tuple[str, ...] = ("both", "bar", "violin")
 
 
 def _colours(n: int) -> list:
-    from matplotlib import colormaps
-
     if n <= 10:
         return [colormaps["tab10"](i) for i in range(n)]
     if n <= 20:
@@ -33,8 +35,6 @@ def _coalition_counts(counts: np.ndarray, assignment, num_edges: int | None
     """(M, C) coalition counts and, when clients were given, clients per coalition."""
     if assignment is None:
         return counts, None
-    from fedcure_app.core.divergence import coalition_label_counts
-
     a = np.asarray(assignment, dtype=np.int64)
     if a.shape != (counts.shape[0],):
         raise ValueError(f"assignment must have shape ({counts.shape[0]},), got {a.shape}")
@@ -43,8 +43,6 @@ def _coalition_counts(counts: np.ndarray, assignment, num_edges: int | None
 
 
 def _average_jsd(edge_counts: np.ndarray) -> float | None:
-    from fedcure_app.core.divergence import average_pairwise_jsd
-
     if edge_counts.shape[0] < 2 or np.any(edge_counts.sum(axis=1) <= 0):
         return None
     return float(average_pairwise_jsd(edge_counts))
@@ -67,8 +65,6 @@ def plot_label_distribution(
     ``kind``: ``both`` (bars and violins), ``bar`` or ``violin``. The average pairwise JSD
     (nats) is added to the title when every coalition is non-empty.
     """
-    from matplotlib.figure import Figure
-
     arr = np.asarray(counts, dtype=np.float64)
     if arr.ndim != 2 or arr.shape[0] < 1 or arr.shape[1] < 1:
         raise ValueError(f"counts must be a non-empty 2-D (M, C) array, got shape {arr.shape}")

@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from fedcure_app.experiments.base import markdown_table
 from fedcure_app.experiments.paper import PAPER, TABLE1_MISSING
@@ -180,8 +181,6 @@ def _dataset_section(o: DatasetOutcome, out: Path) -> str:
 def write_report(outcomes: Sequence[DatasetOutcome], out: Path, *, command: str,
                  total_seconds: float, threads: int | None = None) -> Path:
     """Write ``out/report.md`` and return its path."""
-    import torch
-
     done = [o for o in outcomes if o.skipped is None]
     skipped = [o for o in outcomes if o.skipped is not None]
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
