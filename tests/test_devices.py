@@ -572,11 +572,12 @@ def test_clientapp_without_cpufreq_under_its_root_emulates(
             "emulating the throttle instead") in caplog.text
 
 
-def test_clientapp_on_an_unwritable_tree_falls_back_with_the_documented_warning(
+def test_sysfs_on_an_unwritable_tree_falls_back_with_the_documented_warning(
     tmp_path: Path,
 ) -> None:
     """scaling_max_freq mode 0444, written by a process without the right to override file
-    modes (root loses CAP_DAC_OVERRIDE through setpriv): the kernel's EACCES, for real."""
+    modes (root loses CAP_DAC_OVERRIDE through setpriv): the kernel's EACCES, for real, and
+    the ClientApp's fallback (:func:`make_actuator`) emulates each directive instead."""
     import shutil
     import subprocess
     import sys
@@ -584,15 +585,15 @@ def test_clientapp_on_an_unwritable_tree_falls_back_with_the_documented_warning(
     root = _fake_cpus(tmp_path / "cpu", [PI4_KHZ] * 2)
     for c in range(2):
         (root / f"cpu{c}" / "cpufreq" / "scaling_max_freq").chmod(0o444)
-    data_file = _node_data_file(tmp_path / "node.npz", client=4)
     argv = [sys.executable, "-c",
-            "import json, logging, sys; from pathlib import Path\n"
+            "import json, logging, sys\n"
             "logging.basicConfig(level=logging.WARNING, "
             "format='%(levelname)s %(name)s: %(message)s')\n"
-            "from tests.test_devices import clientapp_train\n"
-            "print(json.dumps(clientapp_train(Path(sys.argv[1]), Path(sys.argv[2]), "
-            "[1.04, 0.1], client=4)))",
-            str(data_file), str(root)]
+            "from fedcure_app.devices import PRESETS, make_actuator\n"
+            "act = make_actuator('sysfs', PRESETS['rpi4'], root=sys.argv[1])\n"
+            "print(json.dumps([type(act).__name__, act.apply(1.04), act.apply(0.1), "
+            "act.stretch(2.0, 1.0)]))",
+            str(root)]
     if os.geteuid() == 0:
         if shutil.which("setpriv") is None:
             pytest.skip("root ignores file modes and setpriv (util-linux) is not installed")
@@ -600,7 +601,9 @@ def test_clientapp_on_an_unwritable_tree_falls_back_with_the_documented_warning(
     out = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300,
                          env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert out.returncode == 0, out.stderr[-3000:]
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == [1.04, 0.6]
+    # emulated within the Pi 4 profile (0.6-1.5 GHz): t·f_max/f
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == ["EmulatedThrottle", 1.04, 0.6,
+                                                               3.0]
     assert ("WARNING fedcure_app.devices: cpufreq control unavailable (cannot write "
             f"{root}/cpu0/cpufreq/scaling_max_freq: Permission denied; run as root, grant write "
             "access to cpufreq (e.g. a udev rule), or use the emulated throttle); emulating the "
@@ -616,10 +619,12 @@ def test_client_cli_passes_cpufreq_root_to_the_supernode_and_probe(
     root = _fake_cpus(tmp_path / "cpu", [PI4_KHZ], governor="performance")
     args = build_parser().parse_args(["--cloud", "127.0.0.1:1", "--insecure", "--cpufreq",
                                       "sysfs", "--cpufreq-root", str(root)])
+    args.secret_file = tmp_path / "secret"  # set by run_client for the warm runtime
     argv = supernode_argv("127.0.0.1:2", 3, 7, args.cpufreq, tmp_path / "d.npz", args)
     node_config = argv[argv.index("--node-config") + 1]
     assert f'cpufreq-root="{root}"' in node_config and 'cpufreq="sysfs"' in node_config
     default = build_parser().parse_args(["--cloud", "127.0.0.1:1", "--insecure"])
+    default.secret_file = tmp_path / "secret"
     assert "cpufreq-root" not in " ".join(
         supernode_argv("127.0.0.1:2", 3, 7, "sysfs", tmp_path / "d.npz", default))
     assert main(["--probe", "--cpufreq-root", str(root)]) == 0
