@@ -30,14 +30,14 @@ log = logging.getLogger("fedcure.cloud")
 LOG_EVERY_S = 15.0
 
 
-def eta_s(edge_round: int, tau_e: int, estimate_s: float) -> float:
-    """Seconds until the task's answer, from the estimator: the edge rounds not finished yet
-    (``tau_e - edge_round``, ``edge_round`` 0-based) × the estimate's share per edge round
-    (``estimate_s / tau_e``; the estimate covers the whole task). Never negative."""
-    if tau_e < 1 or not estimate_s > 0:
+def eta_s(edge_round: int, tau_e: int, estimate_s: float, elapsed_s: float = 0.0) -> float:
+    """Seconds until the task's answer, from the estimator's latency ``estimate_s`` (T̂_m, the
+    whole task): what is left of it after ``elapsed_s``, but never less than its share for the
+    edge rounds not started yet (``edge_round`` is 0-based; ``tau_e``: all done → 0)."""
+    if tau_e < 1 or not estimate_s > 0 or edge_round >= tau_e:
         return 0.0
-    left = min(max(tau_e - edge_round, 0), tau_e)
-    return estimate_s * left / tau_e
+    later = estimate_s * max(tau_e - edge_round - 1, 0) / tau_e
+    return max(estimate_s - max(elapsed_s, 0.0), later)
 
 
 @dataclass
@@ -92,7 +92,8 @@ class ProgressBoard:
             out.append(pb.CoalitionProgress(
                 coalition=m, edge_round=r.edge_round, tau_e=r.tau_e,
                 training_client_ids=list(r.waiting), elapsed_s=r.elapsed_s + age,
-                eta_s=max(0.0, eta_s(r.edge_round, r.tau_e, r.estimate_s) - age), age_s=age))
+                eta_s=eta_s(r.edge_round, r.tau_e, r.estimate_s, r.elapsed_s + age),
+                age_s=age))
         return out
 
 
@@ -104,7 +105,7 @@ def describe(r: Report) -> str:
         where = (f"edge round {r.edge_round + 1}/{r.tau_e}, "
                  + (f"waiting for clients {list(r.waiting)}" if r.waiting
                     else "aggregating"))
-    eta = eta_s(r.edge_round, r.tau_e, r.estimate_s)
+    eta = eta_s(r.edge_round, r.tau_e, r.estimate_s, r.elapsed_s)
     return (f"coalition {r.coalition}: task {r.task_id} {where}, {r.elapsed_s:.0f} s in, "
             f"ETA ~{eta:.0f} s (estimate T^ {r.estimate_s:.0f} s)")
 

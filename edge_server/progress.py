@@ -23,7 +23,7 @@ from fedcure_app.protocol import cloud_pb2 as pb
 log = logging.getLogger("fedcure.edge")
 
 #: seconds between two reports of an unchanged state while a task runs
-HEARTBEAT_S = 10.0
+HEARTBEAT_S = 5.0
 
 
 class ProgressReporter:

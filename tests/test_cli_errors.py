@@ -173,7 +173,7 @@ def test_help_pages_show_every_default():
         text = " ".join(parser.format_help().split())
         for action in parser._actions:
             if (not action.option_strings or action.help == argparse.SUPPRESS
-                    or action.default in (None, False, argparse.SUPPRESS)):
+                    or any(action.default is x for x in (None, False, argparse.SUPPRESS))):
                 continue
             shown = str(action.default)
             assert f"default: {shown}" in text or f"default {shown}" in text \

@@ -302,7 +302,7 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         text = action.help or ""
         if (
             "default" in text.lower()
-            or action.default in (None, False, argparse.SUPPRESS)
+            or any(action.default is x for x in (None, False, argparse.SUPPRESS))
             or not action.option_strings
         ):
             return text

@@ -24,16 +24,20 @@ from tests.simulation.fake_grid import task_identity
 from tests.simulation.test_edge import NODE, grid_for, make_task
 
 
-@given(st.integers(1, 500), st.floats(0.0, 1e6), st.data())
-def test_eta_is_the_estimate_share_of_the_edge_rounds_left(tau_e, estimate, data):
+@given(st.integers(1, 500), st.floats(0.0, 1e6), st.floats(0.0, 1e7), st.data())
+def test_eta_is_what_is_left_of_the_estimate_at_least_for_rounds_not_started(
+        tau_e, estimate, elapsed, data):
     r = data.draw(st.integers(0, tau_e))
-    eta = eta_s(r, tau_e, estimate)
+    eta = eta_s(r, tau_e, estimate, elapsed)
     assert 0.0 <= eta <= estimate + 1e-9
-    assert eta == pytest.approx(estimate * (tau_e - r) / tau_e)
-    if r < tau_e:
-        assert eta_s(r + 1, tau_e, estimate) <= eta
-    assert eta_s(0, tau_e, estimate) == pytest.approx(estimate)
-    assert eta_s(tau_e, tau_e, estimate) == 0.0
+    if r == tau_e:
+        assert eta == 0.0
+    else:
+        assert eta >= estimate * (tau_e - r - 1) / tau_e - 1e-9
+        assert eta >= estimate - elapsed - 1e-9
+        assert eta_s(r + 1, tau_e, estimate, elapsed) <= eta + 1e-9
+        assert eta_s(r, tau_e, estimate, elapsed + 1.0) <= eta + 1e-9
+    assert eta_s(0, tau_e, estimate, 0.0) == pytest.approx(estimate)
 
 
 def _report(edge_round: int, at: float, task: str = "r1-c0-v0") -> Report:
@@ -48,7 +52,7 @@ def test_the_board_logs_new_edge_rounds_and_repeats_itself_every_log_interval(ca
                   [(0, 0.0), (0, 10.0), (0, 16.0), (1, 17.0), (1, 20.0), (1, 40.0)]]
     assert logged == [True, False, True, True, False, True]
     assert ("coalition 0: task r1-c0-v0 edge round 2/4, waiting for clients [2, 5], 17 s in, "
-            "ETA ~30 s (estimate T^ 40 s)") in caplog.messages
+            "ETA ~23 s (estimate T^ 40 s)") in caplog.messages
 
 
 def test_the_reporter_sends_changes_at_once_and_heartbeats_while_unchanged():
