@@ -129,9 +129,6 @@ async def _run(args: argparse.Namespace, cfg: Any, evaluator: Any, credentials: 
     log = logging.getLogger("fedcure.cloud")
     creds = EdgeCredentials(load_edge_tokens(args.edge_tokens) if args.edge_tokens else None,
                             require_certs=args.edge_certs)
-    if not creds.bound:
-        log.warning("edge identities are not bound to credentials: anyone with the shared "
-                    "token may act as any edge (use --edge-tokens or --edge-certs)")
     service = CloudService(
         cfg, expected_clients=args.expected_clients, out_dir=Path(args.out),
         register_timeout_s=args.register_timeout, token=args.token, evaluator=evaluator,
@@ -157,6 +154,9 @@ async def _run(args: argparse.Namespace, cfg: Any, evaluator: Any, credentials: 
         level, how = describe_transport(insecure=args.insecure, tls_cert=args.tls_cert,
                                         tls_client_ca=args.tls_client_ca)
         log.log(level, "serving %s", how)
+        if not creds.bound:
+            log.warning("edge identities are not bound to credentials: anyone with the shared "
+                        "token may act as any edge (use --edge-tokens or --edge-certs)")
 
     max_bytes = None if args.max_message_mb is None else int(args.max_message_mb * 2**20)
     result = await serve(service, args.listen, on_bound=bound, stop=stop,

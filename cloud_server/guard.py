@@ -31,6 +31,7 @@ def _tolerant(deserializer: Callable[[bytes], Any] | None, method: str) -> Calla
             return deserializer(data)
         except Exception as err:  # noqa: BLE001 - any parse failure is the caller's fault
             text = str(err).splitlines()[0] if str(err) else type(err).__name__
+            text = text if len(text) <= 160 else text[:160] + "…"  # never echo much
             return Malformed(f"{method}: malformed request ({len(data)} bytes): {text}")
 
     return parse

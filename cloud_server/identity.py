@@ -78,8 +78,8 @@ class EdgeCredentials:
     def check(self, m: int, token: str, context: Any, shared_ok: bool) -> None:
         """Raise :class:`CloudError` unless the caller may act as edge ``m``.
 
-        ``shared_ok``: the shared token was given and is valid (used only without per-edge
-        tokens).
+        ``shared_ok``: the request carries the valid shared token (what counts without
+        per-edge tokens; an edge certificate then binds the id on top of it).
         """
         if self.tokens:
             mine = self.tokens.get(m, "")

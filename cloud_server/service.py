@@ -443,9 +443,8 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
         returns the checked edge index."""
         from cloud_server.security import token_ok
 
-        creds = self.edge_credentials
-        creds.check(int(edge_id), token, context,
-                    shared_ok=creds.bound or token_ok(self.token, token))
+        self.edge_credentials.check(int(edge_id), token, context,
+                                    shared_ok=token_ok(self.token, token))
         return self._edge_index(edge_id)
 
     def _edge_index(self, edge_id: int) -> int:
@@ -483,7 +482,11 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
         """A client's stable partition index, the partition count and the configuration."""
         try:
             self._check_token(request.token)
-            index = self._claim(request.client_name.strip(),
+            try:
+                name = door.check_name(request.client_name)
+            except door.Refused as err:
+                raise CloudError(grpc.StatusCode.INVALID_ARGUMENT, str(err)) from None
+            index = self._claim(name,
                                 request.partition_id if request.HasField("partition_id")
                                 else None)
         except CloudError as err:
@@ -500,7 +503,8 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
         if held is not None:
             if wanted is not None and wanted != held:
                 raise CloudError(grpc.StatusCode.FAILED_PRECONDITION,
-                                 f"client {name!r} already holds partition {held}, not {wanted}")
+                                 f"client {door.clip(name)} already holds partition {held}, "
+                                 f"not {wanted}")
             return held
         taken = set(self.claims.values())
         if wanted is not None:
@@ -1030,7 +1034,7 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
             reports = [report_from_proto(s) for s in req.stats]
             assert self._arrival_lock is not None
             async with self._arrival_lock:
-                if self.done:
+                if self.done or self.phase == PHASE_DONE:
                     reply = pb.SubmitReply(accepted=False, version=strategy.version,
                                            detail="training is over; not aggregated")
                 else:
@@ -1075,7 +1079,9 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
                     reply = task.reply
                     assert reply is not None
                     if arrival.finished:
-                        await self._finish()
+                        # the last update is on disk: answer now, write the results after
+                        self.phase = PHASE_DONE
+                        self._spawn(self._finish())
             task.reply = reply
             task.message = WithModel(task.message.message, b"")  # the model is no longer needed
             task.pending.set_result(reply)

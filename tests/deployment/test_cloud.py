@@ -236,7 +236,8 @@ def test_run_to_the_end_writes_results_and_closes_the_streams(cleanup, tmp_path:
                 if done == rounds:
                     break
     assert [r.version for r in replies if r.accepted] == list(range(1, rounds + 1))
-    assert server.join(10), "the cloud should stop on its own after the last round"
+    # (results and plots are written after the last reply: allow a loaded machine its time)
+    assert server.join(60), "the cloud should stop on its own after the last round"
     for f in fakes:
         assert f.ended.wait(5) and f.end is None           # status OK
     result = json.loads((tmp_path / "result.json").read_text())

@@ -213,7 +213,7 @@ _entry = st.fixed_dictionaries({}, optional={
 })
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(header=st.dictionaries(st.sampled_from(["0000", "0001", "__metadata__", "x"]),
                               _entry | _json_values(), max_size=3) | _json_values(),
        body=st.binary(max_size=64))
