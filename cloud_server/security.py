@@ -13,8 +13,10 @@ Connect, Submit and Members (edges) unless per-edge credentials replace it for t
 ``Monitor.Status`` answers without a token so that healthchecks (``fedcure-healthcheck``) need no
 secret (under mutual TLS the caller still needs a client certificate from the CA). It reveals
 only the phase, the global version and round, the configured number of rounds, how many clients
-registered (of how many expected), how many edges are connected (of how many), and the ids of
-the coalitions training now: no client names, addresses, models, metrics or tokens.
+registered (of how many expected), how many edges are connected (of how many), the ids of the
+coalitions training now and, per such coalition, its edge round, the numeric ids of the clients
+it still waits for, elapsed time and ETA: no client names, addresses, models, metrics or
+tokens.
 """
 
 from __future__ import annotations
