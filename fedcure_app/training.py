@@ -205,19 +205,32 @@ def evaluate(model: nn.Module, x: ArrayLike, y: ArrayLike, *, batch_size: int = 
     xt = _features(x, device)
     yt = _labels(y, device)
     n = _check_pair(xt, yt)
+    t0 = time.perf_counter()
+    losses, correct = evaluate_batches(model, xt, yt, 0, n, batch_size=batch_size)
+    total_loss = 0.0
+    for value in losses:
+        total_loss += value
+    seconds = time.perf_counter() - t0
+    return EvalResult(loss=total_loss / n, accuracy=correct / n, samples=n, seconds=seconds)
+
+
+def evaluate_batches(model: nn.Module, x: torch.Tensor, y: torch.Tensor, start: int, stop: int,
+                     *, batch_size: int = 256) -> tuple[list[float], int]:
+    """Summed cross-entropy (nats) of each batch of ``batch_size`` samples in [start, stop) and
+    the number classified correctly: the part of :func:`evaluate` that can be split across
+    processes (``start`` a multiple of ``batch_size``; summing the losses in order gives
+    :func:`evaluate`'s result bit for bit). ``x``/``y`` are tensors on the model's device."""
     was_training = model.training
     model.eval()
-    total_loss = 0.0
+    losses: list[float] = []
     correct = 0
-    t0 = time.perf_counter()
     try:
         with torch.inference_mode():
-            for start in range(0, n, batch_size):
-                logits = model(xt[start : start + batch_size])
-                yb = yt[start : start + batch_size]
-                total_loss += F.cross_entropy(logits, yb, reduction="sum").item()
+            for b in range(start, stop, batch_size):
+                logits = model(x[b : min(b + batch_size, stop)])
+                yb = y[b : min(b + batch_size, stop)]
+                losses.append(F.cross_entropy(logits, yb, reduction="sum").item())
                 correct += int((logits.argmax(dim=1) == yb).sum().item())
     finally:
         model.train(was_training)
-    seconds = time.perf_counter() - t0
-    return EvalResult(loss=total_loss / n, accuracy=correct / n, samples=n, seconds=seconds)
+    return losses, correct

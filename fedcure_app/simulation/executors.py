@@ -29,7 +29,7 @@ import torch
 from fedcure_app.models import build_model
 from fedcure_app.tasks import ClientReport, EdgeResult, EdgeTask, client_train_seed
 from fedcure_app.threads import apply_thread_policy, applied_threads, available_cores
-from fedcure_app.training import train_local
+from fedcure_app.training import evaluate_batches, train_local
 
 log = logging.getLogger(__name__)
 
@@ -115,12 +115,26 @@ _WORKER: dict[str, Any] = {}
 
 
 def _worker_init(dataset: str, num_classes: int,
-                 client_data: list[tuple[torch.Tensor, torch.Tensor]], threads: int) -> None:
-    """Runs once in each forked worker: thread policy, the model, the (inherited) client data."""
+                 client_data: list[tuple[torch.Tensor, torch.Tensor]], threads: int,
+                 test_data: tuple[torch.Tensor, torch.Tensor] | None) -> None:
+    """Runs once in each forked worker: thread policy, the model, the (inherited) client and
+    test data."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and shuts down
     apply_thread_policy(threads)
     model = build_model(dataset, num_classes)
-    _WORKER.update(model=model, params=list(model.state_dict().values()), data=client_data)
+    _WORKER.update(model=model, params=list(model.state_dict().values()), data=client_data,
+                   test=test_data)
+
+
+def _eval_batches(arrays: list[np.ndarray], start: int, stop: int, batch_size: int
+                  ) -> tuple[list[float], int]:
+    """Per-batch summed losses and correct count of the test samples [start, stop)."""
+    model, params = _WORKER["model"], _WORKER["params"]
+    with torch.no_grad():
+        for p, a in zip(params, arrays):
+            p.copy_(torch.from_numpy(a))
+    x, y = _WORKER["test"]
+    return evaluate_batches(model, x, y, start, stop, batch_size=batch_size)
 
 
 def _worker_ready() -> int:
@@ -164,6 +178,9 @@ class ParallelExecutor:
     summed here in client order, so the edge model, the reports and hence the whole run are
     bit-for-bit those of :class:`InProcessExecutor` (each process uses the same torch thread
     count, ``threads``: default the policy's count in this process).
+
+    With ``test_data`` (x, y tensors), :meth:`evaluate_global` splits the test set over the
+    workers too, with the same result as :func:`fedcure_app.training.evaluate`.
     """
 
     def __init__(
@@ -174,19 +191,21 @@ class ParallelExecutor:
         workers: int,
         *,
         threads: int | None = None,
+        test_data: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> None:
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         self.workers = int(workers)
         self.client_data = client_data
         self._sizes = np.array([len(y) for _, y in client_data], dtype=np.int64)
+        self._test_size = None if test_data is None else int(len(test_data[1]))
         threads = threads or applied_threads() or apply_thread_policy()
         self.threads = threads
         self._pool = ProcessPoolExecutor(
             max_workers=self.workers,
             mp_context=multiprocessing.get_context("fork"),
             initializer=_worker_init,
-            initargs=(dataset, num_classes, client_data, threads),
+            initargs=(dataset, num_classes, client_data, threads, test_data),
         )
         # start every worker now (fork before the caller starts threads of its own)
         for f in [self._pool.submit(_worker_ready) for _ in range(self.workers)]:
@@ -224,6 +243,28 @@ class ParallelExecutor:
             num_samples=int(sizes.sum()),
             reports=reports,
         )
+
+    def evaluate_global(self, arrays: list[np.ndarray], batch_size: int = 256
+                        ) -> tuple[float, float] | None:
+        """(accuracy, mean loss) of the model ``arrays`` on the test data, split over the
+        workers in whole batches and summed in order (bit-for-bit
+        :func:`~fedcure_app.training.evaluate`); None without test data."""
+        if not self._test_size:
+            return None
+        n = self._test_size
+        starts = list(range(0, n, batch_size))
+        arrays = [np.ascontiguousarray(a) for a in arrays]
+        futures = [self._pool.submit(_eval_batches, arrays, chunk[0],
+                                     min(n, chunk[-1] + batch_size), batch_size)
+                   for chunk in _chunks(starts, self.workers)]
+        total_loss = 0.0
+        correct = 0
+        for f in futures:
+            losses, c = f.result()
+            for value in losses:
+                total_loss += value
+            correct += c
+        return correct / n, total_loss / n
 
     def close(self) -> None:
         """Stop the worker processes."""

@@ -131,3 +131,21 @@ def test_simulate_cli_takes_lr_workers_and_threads(tmp_path, capsys):
     assert torch.get_num_threads() == 1
     assert main(["simulate", "--workers", "0", "--out", str(out), "--no-progress"]) == 2
     assert "--workers must be >= 1" in capsys.readouterr().err
+
+
+def test_evaluation_split_over_workers_equals_evaluate(federation):
+    from fedcure_app.models import build_model, set_weights
+    from fedcure_app.training import evaluate
+
+    ds = federation.dataset
+    par = make_executor(federation, 3)
+    try:
+        for bs in (256, 7):
+            acc, loss = par.evaluate_global(federation.initial_arrays, batch_size=bs)
+            model = build_model(ds.name, ds.num_classes)
+            set_weights(model, federation.initial_arrays)
+            ref = evaluate(model, torch.from_numpy(ds.x_test), torch.from_numpy(ds.y_test),
+                           batch_size=bs)
+            assert (acc, loss) == (ref.accuracy, ref.loss)
+    finally:
+        par.close()
