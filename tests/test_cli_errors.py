@@ -190,3 +190,21 @@ def test_the_flag_table_agrees_with_every_command():
         for dest, key in module._OPTIONS.items():
             if key in FLAGS:
                 assert FLAGS[key] == flag_of(dest), (module.__name__, dest, key)
+
+
+def test_a_role_failing_at_start_is_one_line_with_its_reason(capsys, in_tmp, monkeypatch):
+    """A role that exits at start (e.g. a cloud refusing its flags) ends ``fedcure launch`` with
+    one line quoting the role's own last log line, its exit code, and no traceback."""
+    from fedcure_app.cli import launch
+
+    def fail(cfg, args, out, roles):
+        raise RuntimeError("cloud exited with code 2 at start; its log ends with:\n"
+                           "12:00:00 INFO fedcure.cloud: starting\n"
+                           "fedcure-cloud: error: --listen expects HOST:PORT")
+
+    monkeypatch.setattr(launch, "start_roles", fail)
+    code, err = run_cli(capsys, "launch", "--edges", "1", "--clients", "1", "--out", "o")
+    assert code == 2
+    assert one_line(err) == ("fedcure launch: error: cloud exited with code 2 at start: "
+                             f"fedcure-cloud: error: --listen expects HOST:PORT; logs in "
+                             f"{in_tmp / 'o' / 'logs'}")
