@@ -148,7 +148,10 @@ def rounds_bench(args: argparse.Namespace, out: Path) -> int:
                         else f"{-r['launch_wall_s']:6.0f}!")  # !: did not complete
             print(f"{dataset:7s} {runtime:7s} {r['rounds']:6d} {wm:9.3f} {tm:9.3f} {om:8.3f} "
                   f"{op:8.3f} {mm:8.3f} {mp:8.3f} {launch_s}")
-        if "warm" in runs and "flower" in runs:
+        if any(not r["rounds"] for r in runs.values()):
+            ok = False
+            print(f"{dataset}: a run finished no edge round (see its logs); no comparison")
+        elif "warm" in runs and "flower" in runs:
             old, _ = _stats(runs["flower"]["overhead_s"])
             new, new95 = _stats(runs["warm"]["overhead_s"])
             ratio = old / new if new > 0 else float("inf")
