@@ -4,8 +4,10 @@ On 127.0.0.1 only, for ``--seconds``: the cloud (``fedcure-cloud --resume``, its
 trains with ``--edges`` fake edge processes (``tests/deployment/edge_proc.py``) that answer every
 task with a deterministic edge model, inject bad models every few tasks (NaN, wrong shape, norm
 far outside) and re-send every accepted answer (duplicates). Meanwhile this script kills edges
-with SIGKILL (restarting them after a pause) and kills and restarts the cloud with SIGKILL. At
-the end it stops the cloud with SIGTERM (partial results) and prints:
+with SIGKILL (restarting them after a pause) and kills and restarts the cloud with SIGKILL
+(:func:`cloud_kill_times`: about every ``--cloud-restart-every`` seconds, at least twice mid-run
+in any soak of 30 s or more; the soak's clock stands still while the cloud restarts). At the end
+it stops the cloud with SIGTERM (partial results) and prints:
 
 - updates accepted (rounds aggregated) and rejected (bad models refused, by kind), duplicates;
 - faults injected (edge kills, client kills, cloud restarts) and survived;
@@ -193,6 +195,12 @@ class Soak:
                     cloud.kill()
                     self.cloud_kills += 1
                     cloud = self.start_cloud()
+                    # the soak's clock stands still while the cloud restarts (seconds on a
+                    # loaded machine): every planned kill still falls mid-run
+                    pause = time.monotonic() - now
+                    end += pause
+                    kills = [k + pause for k in kills]
+                    next_edge += pause
                 time.sleep(0.05)
             for _, m in revive:
                 self.start_edge(m)
