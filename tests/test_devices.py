@@ -395,7 +395,7 @@ def test_sysfs_permission_failure_and_fallback(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     root = _fake_cpus(tmp_path, [PI4_KHZ] * 2)
-    monkeypatch.setattr(devices, "open", _deny(errno.EACCES), raising=False)
+    monkeypatch.setattr(devices.cpufreq, "open", _deny(errno.EACCES), raising=False)
     act = SysfsCpufreq(root)  # reading still works
     with pytest.raises(CpufreqPermissionError, match="cannot write .*scaling_max_freq") as info:
         act.apply(1.0)
@@ -406,10 +406,10 @@ def test_sysfs_permission_failure_and_fallback(
     assert "cannot write" in caplog.text
     assert _written(root, 0) == 1_500_000  # nothing was changed
 
-    monkeypatch.setattr(devices, "open", _deny(errno.EROFS), raising=False)
+    monkeypatch.setattr(devices.cpufreq, "open", _deny(errno.EROFS), raising=False)
     with pytest.raises(CpufreqPermissionError):
         SysfsCpufreq(root).apply(1.0)
-    monkeypatch.setattr(devices, "open", _deny(errno.EINVAL), raising=False)
+    monkeypatch.setattr(devices.cpufreq, "open", _deny(errno.EINVAL), raising=False)
     with pytest.raises(CpufreqError, match="failed"):
         SysfsCpufreq(root).apply(1.0)
 

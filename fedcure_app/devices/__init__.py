@@ -1,0 +1,57 @@
+"""Device profiles, the latency and energy model, and CPU-frequency actuators.
+
+Three modules, one job each; every public name is importable from ``fedcure_app.devices``:
+
+- :mod:`~fedcure_app.devices.profiles`: :class:`DeviceProfile`, the built-in :data:`PRESETS`,
+  sampling a population, reading profile files;
+- :mod:`~fedcure_app.devices.latency`: compute and transfer times, jitter, a client's edge
+  round, a coalition's task, energy, and their vectorised forms (:class:`PopulationArrays`);
+- :mod:`~fedcure_app.devices.cpufreq`: the actuators that apply a frequency directive (cpufreq
+  sysfs, emulated, off) and :func:`probe_device`.
+
+Units throughout: frequencies in GHz, times in seconds, sizes in bytes, link rates in Mbit/s
+(10⁶ bit/s), work in CPU cycles, energy in joules.
+"""
+
+from fedcure_app.devices.cpufreq import (
+    DEFAULT_CPU_ROOT,
+    ActuatorKind,
+    CpufreqError,
+    CpufreqPermissionError,
+    EmulatedThrottle,
+    FrequencyActuator,
+    NoThrottle,
+    SysfsCpufreq,
+    make_actuator,
+    probe_device,
+)
+from fedcure_app.devices.latency import (
+    PopulationArrays,
+    client_round_seconds,
+    coalition_seconds,
+    compute_seconds,
+    edge_round_seconds,
+    energy_joules,
+    jitter_factor,
+    transfer_seconds,
+)
+from fedcure_app.devices.profiles import (
+    KERNEL_EFFICIENCY,
+    MODEL_ALIASES,
+    PRESETS,
+    TRAIN_FLOPS_PER_SAMPLE,
+    DeviceProfile,
+    ProfileError,
+    load_profiles,
+    parse_profile,
+    sample_population,
+)
+
+__all__ = [
+    "DEFAULT_CPU_ROOT", "KERNEL_EFFICIENCY", "MODEL_ALIASES", "PRESETS", "TRAIN_FLOPS_PER_SAMPLE",
+    "ActuatorKind", "CpufreqError", "CpufreqPermissionError", "DeviceProfile", "EmulatedThrottle",
+    "FrequencyActuator", "NoThrottle", "PopulationArrays", "ProfileError", "SysfsCpufreq",
+    "client_round_seconds", "coalition_seconds", "compute_seconds", "edge_round_seconds",
+    "energy_joules", "jitter_factor", "load_profiles", "make_actuator", "parse_profile",
+    "probe_device", "sample_population", "transfer_seconds",
+]
