@@ -181,6 +181,10 @@ def profiles_bench(args: argparse.Namespace, out: Path) -> int:
     run_out = out / "profiles"
     wall = launch(run_out, "warm", "digits", None, args, edges=2, config=config,
                   extra=["--formation", "none", "--partition", "iid", "--deadline-min", "600"])
+    if not (run_out / "result.json").is_file():
+        print(f"fedcure launch --edges 2 --clients {clients} wrote no result.json (logs in "
+              f"{run_out / 'logs'})")
+        return 1
     result = json.loads((run_out / "result.json").read_text())
     print(f"fedcure launch --edges 2 --clients {clients} (warm runtime): {wall:.1f} s; "
           f"coalitions {result.get('coalitions')}, device profiles {profiles}")
