@@ -542,6 +542,7 @@ class CloudService(pb_grpc.AssociationServicer, pb_grpc.EdgeLinkServicer, pb_grp
             door.check_label_counts(req.label_counts, c)
             if not req.HasField("device"):
                 raise door.Refused("no device profile")
+            door.check_profile_size(len(req.device.cycles_per_sample))
             profile = profile_from_proto(req.device)
             door.check_profile(profile, self.cfg.data.dataset)
             door.check_key_text(req.supernode_public_key)

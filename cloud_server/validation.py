@@ -121,6 +121,12 @@ def check_profile(profile: Any, model: str) -> None:
         raise Refused(f"device.cycles_per_sample has no entry for {clip(model)}") from None
 
 
+def check_profile_size(entries: int) -> None:
+    """At most 64 ``cycles_per_sample`` entries (checked before the profile is parsed)."""
+    if entries > 64:
+        raise Refused(f"device.cycles_per_sample has {entries} entries, at most 64")
+
+
 def check_key_text(key: str) -> None:
     if len(key) > MAX_KEY_CHARS:
         raise Refused(f"supernode_public_key has {len(key)} characters, at most {MAX_KEY_CHARS}")
@@ -165,7 +171,11 @@ def check_submit(num_samples: int, latency_s: float, stats: Iterable[Any],
     if strangers:
         raise Refused(f"dropped_client_ids {clip(strangers[:5])} are not members of the "
                       "task's coalition")
-    stats = list(stats) if not isinstance(stats, Sequence) else stats
+    count = len(stats) if hasattr(stats, "__len__") else None  # before any copy
+    if count is not None and count > limit * tau_e:
+        raise Refused(f"stats has {count} entries; at most one per member and edge round "
+                      f"({limit} × {tau_e})")
+    stats = list(stats)
     if len(stats) > limit * tau_e:
         raise Refused(f"stats has {len(stats)} entries; at most one per member and edge round "
                       f"({limit} × {tau_e})")
