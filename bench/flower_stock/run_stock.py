@@ -12,6 +12,7 @@ ServerApp's ``strategy.start`` alone; ``wall_seconds`` includes Ray's start-up.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import tempfile
 import time
@@ -28,7 +29,7 @@ def main(overrides: dict) -> dict:
     from flwr.simulation.run_simulation import _run_simulation
     from flwr.supercore.telemetry import EventType
 
-    from fedcure_app.simulation.flower_run import _offline_defaults
+    from fedcure_app.simulation.flower_run import _offline_defaults, ray_failed_to_start
     from stock_app.client_app import app as client_app
     from stock_app.server_app import app as server_app
 
@@ -44,17 +45,24 @@ def main(overrides: dict) -> dict:
         app_dir = Path(tmp) / "app"
         app_dir.mkdir()
         (app_dir / "pyproject.toml").write_text(tomli_w.dumps(doc))
-        t0 = time.perf_counter()
-        _run_simulation(
-            num_supernodes=int(rc["num-clients"]),
-            exit_event=EventType.PYTHON_API_RUN_SIMULATION_LEAVE,
-            client_app=client_app, server_app=server_app, backend_name="ray",
-            backend_config={"client_resources": {"num_cpus": 1.0, "num_gpus": 0.0},
-                            "init_args": {"logging_level": "ERROR", "log_to_driver": False}},
-            server_app_context=Context(run_id=0, node_id=0, node_config={},
-                                       state=RecordDict(), run_config=dict(rc)),
-            app_dir=str(app_dir), is_app=True,
-        )
+        for attempt in (1, 2, 3):  # Ray gives its raylet 30 s to register: retry when loaded
+            t0 = time.perf_counter()
+            try:
+                _run_simulation(
+                    num_supernodes=int(rc["num-clients"]),
+                    exit_event=EventType.PYTHON_API_RUN_SIMULATION_LEAVE,
+                    client_app=client_app, server_app=server_app, backend_name="ray",
+                    backend_config={"client_resources": {"num_cpus": 1.0, "num_gpus": 0.0},
+                                    "init_args": {"logging_level": "ERROR",
+                                                  "log_to_driver": False}},
+                    server_app_context=Context(run_id=0, node_id=0, node_config={},
+                                               state=RecordDict(), run_config=dict(rc)),
+                    app_dir=str(app_dir), is_app=True,
+                )
+                break
+            except RuntimeError as err:
+                if attempt == 3 or not ray_failed_to_start(err):
+                    raise
         wall = time.perf_counter() - t0
         out = json.loads(Path(rc["out-file"]).read_text())
     out["wall_seconds"] = wall
@@ -64,4 +72,6 @@ def main(overrides: dict) -> dict:
 
 
 if __name__ == "__main__":
-    print("RESULT " + json.dumps(main(json.loads(sys.argv[1]) if len(sys.argv) > 1 else {})))
+    print("RESULT " + json.dumps(main(json.loads(sys.argv[1]) if len(sys.argv) > 1 else {})),
+          flush=True)
+    os._exit(0)  # Ray's atexit hooks can hang a loaded machine after the result is out
