@@ -9,9 +9,9 @@
 # that step's log, kept in the cache folder):
 #   1. apt-get install qemu-user-static binfmt-support debootstrap when missing; mount
 #      binfmt_misc at /proc/sys/fs/binfmt_misc when it is not, and enable qemu-aarch64;
-#   2. debootstrap --arch=arm64 --variant=minbase bookworm with python3 and python3-venv
-#      (no ca-certificates: run.sh lends the host's CA bundle) from the Debian mirror apt uses
-#      here; the tree is kept as a tarball;
+#   2. debootstrap --foreign --arch=arm64 --variant=minbase bookworm with python3 and
+#      python3-venv from the Debian mirror apt uses here, its packages unpacked natively
+#      (no maintainer scripts under emulation: see below); the tree is kept as a tarball;
 #   3. torch==$TORCH_VERSION for manylinux_2_28_aarch64 (PyPI's CPU build, 146 MB) downloaded
 #      natively by this machine's pip (emulated TLS and hashing would take minutes), kept in the
 #      cache folder;
@@ -24,7 +24,7 @@
 # pip cache, logs), FEDCURE_ARM64_ROOT (default $FEDCURE_ARM64_CACHE/rootfs), MIRROR (default: apt's
 # first Debian mirror, else http://deb.debian.org/debian), TORCH_VERSION (default 2.10.0),
 # FORCE=1 (rebuild the tree from the tarball), timeouts in seconds: APT_TIMEOUT (600),
-# DEBOOTSTRAP_TIMEOUT (2400), PIP_TIMEOUT (1800), LOCK_TIMEOUT (5400: how long to wait for
+# DEBOOTSTRAP_TIMEOUT (1200), PIP_TIMEOUT (1800), LOCK_TIMEOUT (5400: how long to wait for
 # another prepare.sh working on the same cache). Needs root.
 set -euo pipefail
 
@@ -122,8 +122,19 @@ if [ ! -s "$tarball" ]; then
     fi
     tmp=$(mktemp -d "$cache/debootstrap.XXXXXX")
     trap 'rm -rf "$tmp"' EXIT
-    step debootstrap "${DEBOOTSTRAP_TIMEOUT:-2400}" debootstrap --arch=arm64 --variant=minbase \
-        --include=python3,python3-venv "$suite" "$tmp" "$MIRROR"
+    # debootstrap's first stage only (download and unpack, native): its second stage runs every
+    # maintainer script under emulation, which took over 40 min on this 2-core machine under
+    # load (update-ca-certificates alone: minutes). The packages are unpacked natively instead
+    # and the few files the scripts would make are made here; ldconfig runs emulated.
+    step debootstrap "${DEBOOTSTRAP_TIMEOUT:-1200}" debootstrap --foreign --arch=arm64 \
+        --variant=minbase --include=python3,python3-venv "$suite" "$tmp" "$MIRROR"
+    step unpack-debs 900 sh -c 'for d in "$1"/var/cache/apt/archives/*.deb; do
+        dpkg-deb -x "$d" "$1" || exit 1; done' sh "$tmp"
+    for f in passwd group; do
+        [ -s "$tmp/etc/$f" ] || cp "$tmp/usr/share/base-passwd/$f.master" "$tmp/etc/$f"
+    done
+    step ldconfig 600 chroot "$tmp" /sbin/ldconfig
+    rm -rf "$tmp/debootstrap"
     step pack-base 600 tar -C "$tmp" --numeric-owner \
         --exclude='./var/cache/apt/archives/*.deb' --exclude='./var/lib/apt/lists/*' \
         -cf "$tarball.tmp" .
@@ -156,6 +167,8 @@ if [ "$(cat "$stamp" 2>/dev/null || true)" = "$key" ]; then
 fi
 run=("$here/run.sh" --root "$root" --bind "$cache/pip=/var/cache/fedcure-pip"
      --bind "$cache/wheels=/var/cache/fedcure-wheels" --)
+# pip install --no-compile: byte-compiling torch's
+# thousands of modules under emulation costs minutes; Python compiles what it imports
 pipenv=(env PIP_CACHE_DIR=/var/cache/fedcure-pip PIP_CERT=/etc/ssl/certs/ca-certificates.crt
         PIP_DEFAULT_TIMEOUT=120 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_PROGRESS_BAR=off)
 if [ ! -x "$root$venv/bin/python" ]; then
@@ -178,9 +191,9 @@ if [ -z "$wheel" ]; then
     [ -n "$wheel" ] || die "pip download left no torch $torch_version aarch64 wheel in" \
         "$cache/wheels (see $cache/torch-wheel.log)"
 fi
-step pip-torch "${PIP_TIMEOUT:-1800}" "${run[@]}" "${pipenv[@]}" "$venv/bin/pip" install \
+step pip-torch "${PIP_TIMEOUT:-1800}" "${run[@]}" "${pipenv[@]}" "$venv/bin/pip" install --no-compile \
     "/var/cache/fedcure-wheels/$(basename "$wheel")"
-step pip-client "${PIP_TIMEOUT:-1800}" "${run[@]}" "${pipenv[@]}" "$venv/bin/pip" install \
+step pip-client "${PIP_TIMEOUT:-1800}" "${run[@]}" "${pipenv[@]}" "$venv/bin/pip" install --no-compile \
     "/tmp/fedcure-src[client]" "torch==$torch_version"
 rm -rf "$src"
 step check 600 "${run[@]}" "$venv/bin/python" -c \

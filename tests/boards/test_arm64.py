@@ -157,7 +157,8 @@ def federation(arm64_root: Path, tmp_path_factory: pytest.TempPathFactory):
         children["edge0"] = Child("edge0", [
             sys.executable, "-m", "edge_server.cli", "--cloud", cloud_addr, "--edge-id", "0",
             "--listen", f"127.0.0.1:{free_port()}", "--work-dir", str(work / "edge0"),
-            *_security_flags(args.tls_dir, "edge")], log_path=logs / "edge0.log", env=env)
+            "--discovery-timeout", str(RUN_TIMEOUT_S), *_security_flags(args.tls_dir, "edge")],
+            log_path=logs / "edge0.log", env=env)
         for i in range(CLIENTS):
             root_flag = ["--cpufreq-root", str(cpufreq)] if i == 0 else []
             children[f"client{i}"] = Child(f"client{i}", in_arm64(
