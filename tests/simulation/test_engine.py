@@ -90,10 +90,10 @@ def test_simulate_cli_writes_json_and_plots(tmp_path):
 @pytest.mark.parametrize(
     "argv, needle",
     [
-        (["--max-concurrent", "9", "--edges", "3"], "max_concurrent"),
+        (["--max-concurrent", "9", "--edges", "3"], "--max-concurrent"),
         (["--beta", "-1"], "beta"),
         (["--dataset", "mnist", "--data-dir", "{tmp}"], "mnist"),
-        (["--clients", "0"], "num_clients"),
+        (["--clients", "0"], "--clients"),
     ],
 )
 def test_bad_configuration_is_one_line_naming_the_fix(tmp_path, capsys, argv, needle):
