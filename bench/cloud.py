@@ -47,7 +47,8 @@ def model_of(num_bytes: int) -> list[np.ndarray]:
 def serve(args: argparse.Namespace) -> int:
     import logging
 
-    from cloud_server.service import CloudService, serve as run_server
+    from cloud_server.server import serve as run_server
+    from cloud_server.service import CloudService
     from fedcure_app.config import FedCureConfig, apply_flat
 
     logging.basicConfig(level=logging.DEBUG if os.environ.get("BENCH_DEBUG") else logging.WARNING,

@@ -255,7 +255,7 @@ class Soak:
                                            "num-clients": self.args.clients,
                                            "formation": "none"})
         models = {0: CloudService(cfg, expected_clients=self.args.clients)
-                  ._build_initial_arrays()}
+                  .build_initial_arrays()}
         glob = models[0]
         for r in records:
             base = r["version"] - 1 - r["staleness"]

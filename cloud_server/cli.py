@@ -124,7 +124,8 @@ def make_evaluator(cfg: Any) -> tuple[Any, int]:
 async def _run(args: argparse.Namespace, cfg: Any, evaluator: Any, credentials: Any = None
                ) -> int:
     from cloud_server.identity import EdgeCredentials, load_edge_tokens
-    from cloud_server.service import CloudService, serve
+    from cloud_server.server import serve
+    from cloud_server.service import CloudService
 
     log = logging.getLogger("fedcure.cloud")
     creds = EdgeCredentials(load_edge_tokens(args.edge_tokens) if args.edge_tokens else None,
@@ -166,7 +167,7 @@ async def _run(args: argparse.Namespace, cfg: Any, evaluator: Any, credentials: 
         return 1
     if result is None:
         if service.strategy is not None and service.records:
-            partial = await asyncio.to_thread(service._write_results)
+            partial = await asyncio.to_thread(service.write_results)
             log.info("stopped after %d of %d rounds; partial results in %s",
                      partial["rounds"], cfg.run.global_rounds, args.out)
         else:
@@ -192,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.expected_clients < 1 or args.edges < 1:
             raise ConfigError("--expected-clients and --edges must be >= 1")
-        from cloud_server.service import parse_listen
+        from cloud_server.server import parse_listen
 
         parse_listen(args.listen)
         from cloud_server.security import transport_from_flags
@@ -216,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
             evaluator, classes = make_evaluator(cfg)
             if classes != cfg.federation.num_classes:
                 cfg = apply_flat(cfg, {"num-classes": classes})
-        from cloud_server.service import AddressInUse
+        from cloud_server.server import AddressInUse
 
         try:
             return asyncio.run(_run(args, cfg, evaluator, credentials))

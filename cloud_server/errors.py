@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import grpc
 
+from cloud_server.refusal import Refusal
+
 #: longest reason sent back (gRPC metadata must stay small; never echo a whole request)
 MAX_DETAIL = 400
 
@@ -18,6 +20,11 @@ class CloudError(Exception):
         super().__init__(line)
         self.code = code
         self.message = line
+
+    @classmethod
+    def of(cls, refusal: Refusal) -> "CloudError":
+        """The controller's domain refusal as the gRPC status code of the same name."""
+        return cls(grpc.StatusCode[refusal.reason.name], refusal.message)
 
 
 __all__ = ["CloudError", "MAX_DETAIL"]

@@ -116,8 +116,8 @@ async def on_progress(service: Any, request: pb.ProgressRequest, context: Any
     from cloud_server.errors import CloudError
 
     try:
-        m = service._check_edge(request.token, request.edge_id, context)
-        task = service._tasks.get(request.task_id)
+        m = service.check_edge(request.token, request.edge_id, context)
+        task = service.tasks.get(request.task_id)
         if task is not None and task.dispatch.coalition != m:
             raise CloudError(grpc.StatusCode.INVALID_ARGUMENT,
                              f"task {request.task_id[:80]!r} belongs to edge "
@@ -158,7 +158,7 @@ def live_task(service: Any) -> Callable[[str], bool]:
     """``task_id -> bool``: the task is still expected (no answer, not expired)."""
 
     def live(task_id: str) -> bool:
-        t = service._tasks.get(task_id)
+        t = service.tasks.get(task_id)
         return t is not None and t.reply is None and t.expired is None and not service.done
 
     return live

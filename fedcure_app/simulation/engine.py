@@ -25,11 +25,12 @@ import torch
 
 from fedcure_app.app_config import partition_for, profiles_for
 from fedcure_app.config import FedCureConfig
-from fedcure_app.core.coalition import FormationResult, cluster_coalitions, form_coalitions
+from fedcure_app.core.coalition import FormationResult
 from fedcure_app.core.divergence import average_pairwise_jsd, coalition_label_counts
 from fedcure_app.data import Dataset, load_dataset
 from fedcure_app.data.partition import Partition
 from fedcure_app.devices import PopulationArrays
+from fedcure_app.federation import build_strategy, form, prior_latency
 from fedcure_app.models import build_model, get_weights, model_num_bytes, set_weights
 from fedcure_app.simulation.executors import (
     ClientExecutor,
@@ -37,7 +38,7 @@ from fedcure_app.simulation.executors import (
     ParallelExecutor,
     resolve_workers,
 )
-from fedcure_app.strategy import Dispatch, EdgeUpdate, FedCureStrategy
+from fedcure_app.strategy import Dispatch, EdgeUpdate
 from fedcure_app.tasks import EdgeResult, EdgeTask, derive_seed
 from fedcure_app.training import evaluate
 
@@ -78,23 +79,9 @@ class Federation:
 
     def prior_latency(self) -> np.ndarray:
         """Device-profile prediction of each coalition's task latency at f_max, no jitter (s)."""
-        per_client = self.population.round_seconds(
-            self.samples_per_round, self.model_bytes, self.population.f_max_ghz
-        )
-        link = 2 * 8.0 * self.model_bytes / (self.cfg.devices.edge_link_mbps * 1e6)
-        tau_e = self.cfg.method.tau_e
-        return np.array([tau_e * per_client[c].max() + link for c in self.coalitions])
-
-
-def _formation(cfg: FedCureConfig, counts: np.ndarray, initial: np.ndarray):
-    rule = cfg.method.formation
-    m = cfg.federation.num_edges
-    if rule == "none":
-        return initial.copy(), None
-    if rule in ("kmeans", "meanshift"):
-        return cluster_coalitions(counts, m, method=rule, seed=cfg.run.seed), None
-    res = form_coalitions(counts, initial, m, rule=rule, seed=cfg.run.seed)
-    return res.assignment, res
+        return prior_latency(self.population, self.coalitions, self.samples_per_round,
+                             self.model_bytes, self.cfg.method.tau_e,
+                             self.cfg.devices.edge_link_mbps)
 
 
 def build_federation(cfg: FedCureConfig, dataset: Dataset | None = None) -> Federation:
@@ -103,7 +90,7 @@ def build_federation(cfg: FedCureConfig, dataset: Dataset | None = None) -> Fede
     if dataset is None:
         dataset = load_dataset(cfg.data.dataset, cfg.data.data_dir)
     part = partition_for(cfg, dataset)
-    assignment, formation = _formation(cfg, part.label_counts, part.initial_assignment)
+    assignment, formation = form(cfg, part.label_counts, part.initial_assignment)
     profiles = profiles_for(cfg)
     population = PopulationArrays.from_profiles(profiles[: fed.num_clients], dataset.name)
     torch.manual_seed(cfg.run.seed)
@@ -160,18 +147,9 @@ class SimulationEngine:
         self.fed = federation
         self.cfg = federation.cfg
         self.executor = executor
-        self.strategy = FedCureStrategy(
-            self.cfg.method,
-            federation.coalitions,
-            federation.client_samples,
-            federation.client_cycles(),
-            np.stack([federation.population.f_min_ghz, federation.population.f_max_ghz], 1),
-            federation.prior_latency(),
-            federation.initial_arrays,
-            max_concurrent=self.cfg.concurrency,
-            seed=self.cfg.run.seed,
-            calibrate_prior=self.cfg.devices.calibrates(deployed=False),
-        )
+        self.strategy = build_strategy(
+            self.cfg, federation.coalitions, federation.client_samples, federation.population,
+            federation.prior_latency(), federation.initial_arrays, deployed=False)
         self._clock_rng = np.random.default_rng(derive_seed(self.cfg.run.seed, "clock"))
         self._eval_model = build_model(federation.dataset.name, federation.dataset.num_classes)
         self._x_test = torch.from_numpy(federation.dataset.x_test)

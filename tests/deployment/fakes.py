@@ -22,7 +22,8 @@ from fedcure_app.protocol.codec import (
     encode_parts,
 )
 
-from cloud_server.service import CloudServer, CloudService
+from cloud_server.server import CloudServer
+from cloud_server.service import CloudService
 
 SMALL_MODEL = [np.zeros((2, 3), np.float32), np.zeros(3, np.float32)]
 

@@ -18,7 +18,8 @@ from typing import Any
 import grpc
 import numpy as np
 
-from cloud_server.service import CloudServer, CloudService
+from cloud_server.server import CloudServer
+from cloud_server.service import CloudService
 from fedcure_app.devices import DeviceProfile
 from fedcure_app.protocol import cloud_pb2 as pb
 from fedcure_app.protocol import cloud_pb2_grpc as pb_grpc
@@ -111,7 +112,7 @@ def state_of(server: CloudServer) -> dict[str, Any]:
                 "estimator": json.dumps(s.estimator.state_dict()),
                 "participation": s.participation.tolist(),
                 "records": len(svc.records), "screen": list(svc.screen.history),
-                "answered": sorted(t for t, x in svc._tasks.items() if x.reply is not None),
+                "answered": sorted(t for t, x in svc.tasks.items() if x.reply is not None),
             }
 
     return server.call(grab)

@@ -172,7 +172,7 @@ def test_bad_registrations_and_connects_are_refused(cleanup):
                 pb.ConnectRequest(edge_id=-1, address="x:1"),
                 pb.ConnectRequest(edge_id=0, address="  ")):
         assert code_of(lambda: next(iter(edge.Connect(req, timeout=5)))) == INVALID
-    assert not any(e.connected.is_set() for e in server.service._edges.values())
+    assert not any(e.connected.is_set() for e in server.service.edges.values())
 
 
 def test_garbage_bytes_get_invalid_argument(cleanup):
@@ -205,8 +205,8 @@ def test_submits_after_the_end_are_not_aggregated(cleanup):
               len(svc.records))
     late = pb.SubmitRequest(task_id=t1.task_id, edge_id=1, num_samples=10,
                             model=encode_arrays(like(t1)), latency_s=0.1)
-    reply = asyncio.run(svc._submit(late))
+    reply = asyncio.run(svc.submit(late))
     assert not reply.accepted and "over" in reply.detail
-    assert asyncio.run(svc._submit(late)) == reply  # idempotent too
+    assert asyncio.run(svc.submit(late)) == reply  # idempotent too
     assert (svc.strategy.version, len(svc.records)) == (before[0], before[2])
     assert all(np.array_equal(a, b) for a, b in zip(svc.strategy.global_arrays, before[1]))

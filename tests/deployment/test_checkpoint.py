@@ -173,7 +173,7 @@ def test_sigkilled_cloud_resumes_without_losing_or_repeating_updates(tmp_path: P
 
     cfg = apply_flat(FedCureConfig(), {"num-edges": 2, "num-clients": 4,
                                        "global-rounds": rounds, "formation": "none"})
-    models = {0: CloudService(cfg, expected_clients=4)._build_initial_arrays()}
+    models = {0: CloudService(cfg, expected_clients=4).build_initial_arrays()}
     glob = models[0]
     for r in records:
         base = r["version"] - 1 - r["staleness"]

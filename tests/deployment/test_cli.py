@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cloud_server.service import AddressInUse, CloudServer
+from cloud_server.server import AddressInUse, CloudServer
 from fedcure_app.protocol import cloud_pb2_grpc as pb_grpc
 from tests.deployment.fakes import FakeEdge, channel, make_cfg, register_request, start_cloud
 from tests.deployment.reliability import Proc

@@ -61,7 +61,7 @@ def test_a_killed_edge_is_dropped_and_taken_back(cleanup):
     edges = [edge(server.address, m, 0.15) for m in range(3)]
     cleanup.extend(edges)
     # register once every ES is up, so that round 0's short deadlines start with them
-    wait_until(lambda: all(e.connected.is_set() for e in svc._edges.values()), 60)
+    wait_until(lambda: all(e.connected.is_set() for e in svc.edges.values()), 60)
     register_all(server.address, [request(f"c{i}", one_hot(i), home=i % 3, profile=TIMED)
                                   for i in range(6)], timeout=60)
     wait_until(lambda: svc.strategy is not None and svc.strategy.participation.min() >= 2, 60)
@@ -106,7 +106,7 @@ def test_an_idle_edge_that_leaves_is_not_scheduled(cleanup):
 
     e1 = FakeEdge(server.address, 1)  # in-process: answers only when told
     cleanup.append(e1)
-    wait_until(lambda: all(e.connected.is_set() for e in svc._edges.values()), 60)
+    wait_until(lambda: all(e.connected.is_set() for e in svc.edges.values()), 60)
     register_all(server.address, [request(f"c{i}", one_hot(i), home=i % 2, profile=TIMED)
                                   for i in range(4)], timeout=60)
     # round 0 dispatches both; answer edge 1's first task, then leave while idle

@@ -46,7 +46,7 @@ def live():
 def live_tasks(server) -> list[tuple[int, str]]:
     def grab():
         s = server.service.strategy
-        return [(m, t.task_id) for t in list(server.service._tasks.values())
+        return [(m, t.task_id) for t in list(server.service.tasks.values())
                 for m, d in s.in_flight.items() if t.dispatch is d]
     return server.call(grab)
 

@@ -17,7 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cloud_server.service import CloudServer, CloudService
+from cloud_server.server import CloudServer
+from cloud_server.service import CloudService
 from fedcure_app.protocol import cloud_pb2 as pb
 from fedcure_app.protocol import cloud_pb2_grpc as pb_grpc
 from fedcure_app.protocol.codec import decode_arrays, encode_arrays
@@ -183,8 +184,8 @@ def test_2_a_formation_error_is_reported_without_ending_the_cloud(cleanup):
     edge = FakeEdge(server.address, 0)
     cleanup.append(edge)
     svc = server.service
-    real = svc._build_initial_arrays
-    svc._build_initial_arrays = lambda: (_ for _ in ()).throw(RuntimeError("model build failed"))
+    real = svc.build_initial_arrays
+    svc.build_initial_arrays = lambda: (_ for _ in ()).throw(RuntimeError("model build failed"))
     ch = channel(server.address)
     cleanup.append(ch)
     stub = pb_grpc.AssociationStub(ch)
@@ -199,7 +200,7 @@ def test_2_a_formation_error_is_reported_without_ending_the_cloud(cleanup):
     assert reply.phase == pb.StatusReply.REGISTERING and reply.clients_registered == 2
     assert any(f["kind"] == "formation-failed" for f in svc.faults)
     # the cause goes away, the clients call again: formation runs and training goes on
-    svc._build_initial_arrays = real
+    svc.build_initial_arrays = real
     replies = register_all(server.address, [request(f"c{i}", one_hot(i)) for i in range(2)])
     assert [r.client_id for r in replies] == [0, 1]
     assert edge.submit(edge.next_task()).accepted
@@ -309,7 +310,7 @@ def test_6_an_edge_cannot_act_as_another_edge(cleanup, tmp_path):
     req.token = "shared-client-secret"
     refused(lambda: link.Submit(req, timeout=10), grpc.StatusCode.UNAUTHENTICATED)
     assert everything(server, tmp_path) == before
-    assert service._edges[0].connects == 1
+    assert service.edges[0].connects == 1
     # edge 0 with its own token is accepted
     req.token = tokens[0]
     assert pb_grpc.EdgeLinkStub(e0.channel).Submit(req, timeout=10).accepted

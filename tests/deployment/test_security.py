@@ -15,7 +15,8 @@ from cloud_server.security import (
     token_ok,
     transport_from_flags,
 )
-from cloud_server.service import CloudServer, CloudService
+from cloud_server.server import CloudServer
+from cloud_server.service import CloudService
 from fedcure_app.cli import main as fedcure_main
 from fedcure_app.cli.certs import parse_hosts, write_certificates
 from fedcure_app.protocol import cloud_pb2 as pb
@@ -138,7 +139,7 @@ def test_every_rpc_checks_the_token(cleanup, certs: Path):
         edge.Submit(pb.SubmitRequest(task_id="r0-c0-v0", edge_id=0, token="nope"), timeout=5)
     assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
     assert len(server.service.clients) == 0
-    assert not server.service._edges[0].connected.is_set()
+    assert not server.service.edges[0].connected.is_set()
 
 
 def test_token_comparison():
@@ -284,7 +285,7 @@ def test_edge_certificates_and_tokens_bind_each_edge_to_its_id(cleanup, tmp_path
     assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
     # a client certificate names no edge: with --edge-certs it may act as none
     assert members(as_cert("client"), 0) == grpc.StatusCode.PERMISSION_DENIED
-    assert not any(e.connected.is_set() for e in service._edges.values())
+    assert not any(e.connected.is_set() for e in service.edges.values())
 
 
 def test_the_cloud_cli_checks_the_edge_identity_flags(tmp_path: Path, capsys):
