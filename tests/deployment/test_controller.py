@@ -1,0 +1,184 @@
+"""The cloud's logic without gRPC: :class:`cloud_server.controller.CloudController` called
+directly (registration, formation, dispatch, submit accepted/refused, failover, a late answer,
+the checkpoint round trip) on a tiny synthetic federation: 4 clients, 2 edges, a 9-number model.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedcure_app.devices import PRESETS
+from fedcure_app.protocol import cloud_pb2 as pb
+from cloud_server.controller import CloudController
+from cloud_server.refusal import Reason, Refusal
+from cloud_server.state import ClientEntry, Phase, TaskState
+from tests.deployment.fakes import SMALL_MODEL, make_cfg
+
+HOMES = {"c1": 0, "c2": 0, "c10": 1, "c3": 1}
+
+
+def controller(tmp_path=None, **flat) -> CloudController:
+    cfg = make_cfg(4, 2, **flat)
+    return CloudController(cfg, expected_clients=4, initial_arrays=SMALL_MODEL,
+                           checkpoint_dir=None if tmp_path is None else tmp_path / "ckpt")
+
+
+def entry(name: str) -> ClientEntry:
+    counts = np.array([5, 3, 0, 2], dtype=np.int64)
+    return ClientEntry(name, counts, PRESETS["rpi4"], HOMES[name])
+
+
+def formed(tmp_path=None, **flat) -> tuple[CloudController, list[TaskState]]:
+    c = controller(tmp_path, **flat)
+    for name in HOMES:
+        c.register(entry(name))
+    assert c.should_form(window_closed=False)
+    c.forming = True
+    tasks = c.form_and_build()
+    c.begin_training()
+    return c, tasks
+
+
+def answer(c: CloudController, task: TaskState, *, late: bool = False, shift: float = 0.1):
+    """Check and apply the edge model ``global + shift`` for ``task`` as Submit does."""
+    c.check_submit(task, 10, 1.0, [], [])
+    arrays = [a + shift for a in c.strategy.global_arrays]
+    return c.arrive(task, arrays, 1.5, 1.2, 10, [], [], late)
+
+
+def refused(fn) -> Reason:
+    with pytest.raises(Refusal) as err:
+        fn()
+    return err.value.reason
+
+
+def test_registration_is_idempotent_and_closes_at_formation():
+    c = controller()
+    first = c.register(entry("c1"))
+    again = c.register(entry("c1"))
+    assert first is again and len(c.clients) == 1
+    assert not c.should_form(window_closed=False)
+    assert not c.should_form(window_closed=True)  # fewer clients than edges
+    for name in ("c2", "c10", "c3"):
+        c.register(entry(name))
+    assert c.should_form(window_closed=False)
+    c.forming = True
+    assert refused(lambda: c.register(ClientEntry("late", np.ones(4, np.int64),
+                                                  PRESETS["rpi4"], None))) \
+        is Reason.FAILED_PRECONDITION
+
+
+def test_claims_are_stable_and_refused_when_taken():
+    c = controller()
+    assert c.claim("a", None) == 0 and c.claim("a", None) == 0
+    assert c.claim("b", 2) == 2
+    assert refused(lambda: c.claim("c", 2)) is Reason.ALREADY_EXISTS
+    assert refused(lambda: c.claim("a", 1)) is Reason.FAILED_PRECONDITION
+    assert refused(lambda: c.claim("d", 9)) is Reason.INVALID_ARGUMENT
+
+
+def test_formation_gives_ids_in_natural_order_and_dispatches_round_0():
+    c, tasks = formed()
+    assert c.phase is Phase.TRAINING
+    ids = {name: e.client_id for name, e in c.clients.items()}
+    assert ids == {"c1": 0, "c2": 1, "c3": 2, "c10": 3}  # c10 after c3, not by arrival
+    assert [e.name for e in c.members(0)] == ["c1", "c2"]
+    assert [e.name for e in c.members(1)] == ["c3", "c10"]
+    assert tasks and all(t.task_id in c.tasks for t in tasks)
+    t = tasks[0]
+    assert t.message.message.task_id == t.task_id and len(t.message.model_bytes()) > 0
+    assert c.strategy.in_flight[t.dispatch.coalition] is t.dispatch
+
+
+def test_an_accepted_submit_aggregates_records_and_dispatches_again():
+    c, tasks = formed()
+    task = tasks[0]
+    before = [a.copy() for a in c.strategy.global_arrays]
+    arrival = answer(c, task)
+    assert task.reply.accepted and task.reply.version == 1
+    assert arrival.record["round"] == 1 and arrival.record["coalition"] == task.dispatch.coalition
+    assert arrival.record["latency_s"] == 1.5 and arrival.record["edge_latency_s"] == 1.2
+    assert not arrival.finished
+    assert arrival.record["dispatched"] == [t.dispatch.coalition for t in arrival.new]
+    assert all(c.strategy.in_flight[t.dispatch.coalition] is t.dispatch for t in arrival.new)
+    assert all(not np.array_equal(a, b) for a, b in zip(c.strategy.global_arrays, before))
+    assert c.records == [arrival.record]
+    second = answer(c, tasks[1])  # both of round 0 answered: the next round goes out
+    assert second.record["round"] == 2 and second.new
+
+
+def test_submits_are_refused_before_any_state_changes():
+    c, tasks = formed()
+    task = tasks[0]
+    m = task.dispatch.coalition
+    assert refused(lambda: c.find_task("r9-c0-v0", m)) is Reason.NOT_FOUND
+    assert refused(lambda: c.find_task(task.task_id, 1 - m)) is Reason.INVALID_ARGUMENT
+    assert refused(lambda: c.check_submit(task, 0, 1.0, [], [])) is Reason.INVALID_ARGUMENT
+    stranger = pb.ClientStat(client_id=99, samples=1, seconds=1.0)
+    assert refused(lambda: c.check_submit(task, 5, 1.0, [stranger], [])) \
+        is Reason.INVALID_ARGUMENT
+    answer(c, task)
+    assert refused(lambda: c.check_submit(task, 5, 1.0, [], [])) is Reason.FAILED_PRECONDITION
+
+
+def test_a_failed_arrival_rolls_everything_back(monkeypatch):
+    c, tasks = formed()
+    task = tasks[0]
+    state = c.strategy.state_dict()
+
+    def broken() -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(c, "save_checkpoint", broken)
+    with pytest.raises(OSError):
+        answer(c, task)
+    assert c.records == [] and task.reply is None
+    assert c.strategy.state_dict()["version"] == state["version"] == 0
+    assert set(c.tasks) == {t.task_id for t in tasks}
+
+
+def test_failover_marks_the_coalition_lost_and_a_late_answer_brings_it_back():
+    c, tasks = formed()
+    task = tasks[0]
+    m = task.dispatch.coalition
+    new = c.lose(m, task, "no answer within its deadline")
+    assert m in c.strategy.unavailable and task.expired == "no answer within its deadline"
+    assert c.faults[-1]["kind"] == "lost" and c.faults[-1]["coalition"] == m
+    assert all(t.dispatch.coalition != m for t in new)
+    assert c.too_stale(task) is None  # version unchanged: within the staleness bound
+    arrival = answer(c, task, late=True)
+    assert arrival.record["late"] is True and task.reply.accepted
+    assert m not in c.strategy.unavailable
+    assert [f["kind"] for f in c.faults[-2:]] == ["late", "back"]
+
+
+def test_take_back_makes_a_lost_coalition_schedulable():
+    c, tasks = formed()
+    m = tasks[0].dispatch.coalition
+    c.lose(m, tasks[0], "edge gone")
+    c.take_back(m, "its edge server connected again")
+    assert m not in c.strategy.unavailable and c.faults[-1]["kind"] == "back"
+
+
+def test_the_checkpoint_state_round_trips(tmp_path):
+    c, tasks = formed(tmp_path)
+    answer(c, tasks[0])
+    assert c.checkpoints is not None and c.checkpoints.exists()
+    state, models = c.checkpoints.load()
+    back = controller(tmp_path)
+    back.from_state(state, models)
+    assert back.phase is Phase.TRAINING and back.records == c.records
+    assert back.strategy.version == c.strategy.version
+    assert {n: e.client_id for n, e in back.clients.items()} == \
+        {n: e.client_id for n, e in c.clients.items()}
+    live = {t.task_id for t in c.tasks.values()
+            if c.strategy.in_flight.get(t.dispatch.coalition) is t.dispatch}
+    assert live and live <= set(back.tasks)
+    for a, b in zip(back.strategy.global_arrays, c.strategy.global_arrays):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_phase_values_are_the_status_replys():
+    assert (int(Phase.REGISTERING), int(Phase.TRAINING), int(Phase.DONE)) == (
+        pb.StatusReply.REGISTERING, pb.StatusReply.TRAINING, pb.StatusReply.DONE)
