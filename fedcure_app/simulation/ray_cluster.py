@@ -27,6 +27,9 @@ log = logging.getLogger(__name__)
 #: Ray turns ``--node-ip-address 127.0.0.1`` into the machine's outward address (its
 #: ``resolve_ip_for_localhost``) unless "cluster mode" is off, which makes it use the loopback
 #: address; nodes *and* drivers of this cluster need it (``ray_constants.ENABLE_RAY_CLUSTER``).
+#: With cluster mode off, though, ``ray start --address`` refuses to add a worker node, so worker
+#: nodes are started through :func:`_loopback_ray_start` (``python -m`` this module), which lets
+#: the join through and keeps every address on 127.0.0.1.
 LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 
 
@@ -83,7 +86,8 @@ class LocalRayCluster:
         return args + ["--min-worker-port", str(base), "--max-worker-port", str(base + 19)]
 
     def _start(self, args: list[str], timeout_s: float) -> None:
-        cmd = [_ray_bin(), "start", "--num-cpus", str(self.cpus_per_node), "--num-gpus", "0",
+        _ray_bin()  # a clear error when Ray is not installed
+        cmd = [sys.executable, "-m", __name__, "start", "--num-cpus", str(self.cpus_per_node), "--num-gpus", "0",
                "--node-ip-address", "127.0.0.1", "--disable-usage-stats", *self._ports(), *args]
         proc = subprocess.Popen(cmd, env=self._node_env(), stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -184,4 +188,26 @@ class LocalRayCluster:
         self.stop()
 
 
+def _loopback_ray_start(argv: list[str]) -> None:
+    """``ray start`` for a node of a loopback-only cluster.
+
+    Ray refuses to start a worker node while cluster mode is off (its check is meant for macOS
+    and Windows), yet cluster mode on would resolve 127.0.0.1 to the outward address. So this
+    process turns cluster mode on for that one check and answers 127.0.0.1 wherever ``ray start``
+    asks for this node's address; the processes it spawns inherit :data:`LOOPBACK_ENV` and stay
+    on loopback by themselves.
+    """
+    import ray._private.ray_constants as ray_constants
+    import ray._private.services as services
+    from ray.scripts.scripts import main
+
+    ray_constants.ENABLE_RAY_CLUSTER = True
+    services.get_node_ip_address = lambda address=None: "127.0.0.1"
+    sys.argv = ["ray", *argv]
+    main()
+
+
 __all__ = ["LOOPBACK_ENV", "LocalRayCluster", "free_port"]
+
+if __name__ == "__main__":
+    _loopback_ray_start(sys.argv[1:])
