@@ -76,9 +76,11 @@ class CheckpointStore:
 
     @property
     def state_path(self) -> Path:
+        """The committed state file (JSON) of this checkpoint folder."""
         return self.dir / STATE
 
     def exists(self) -> bool:
+        """Whether a committed state is on disk (a run to resume)."""
         return self.state_path.is_file()
 
     def save(self, state: dict[str, Any], models: dict[int, bytes | memoryview]) -> None:

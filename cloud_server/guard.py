@@ -61,6 +61,7 @@ class MalformedRequestGuard(grpc.aio.ServerInterceptor):
 
     async def intercept_service(self, continuation: Callable[..., Awaitable[Any]],
                                 handler_call_details: grpc.HandlerCallDetails) -> Any:
+        """Wrap unary handlers so a malformed request is refused with one short status."""
         handler = await continuation(handler_call_details)
         if handler is None or handler.request_streaming:
             return handler

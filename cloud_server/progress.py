@@ -78,6 +78,7 @@ class ProgressBoard:
         return True
 
     def forget(self, coalition: int) -> None:
+        """Drop coalition's last progress report (its task ended or was given up)."""
         self._reports.pop(coalition, None)
 
     def snapshot(self, live: Callable[[str], bool]) -> list[pb.CoalitionProgress]:

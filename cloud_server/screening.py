@@ -60,8 +60,10 @@ class NormScreen:
         self.history.append(float(dist))
 
     def state_dict(self) -> dict[str, Any]:
+        """The screen's settings and distance history, for the checkpoint."""
         return {"factor": self.factor, "window": self.window, "min_history": self.min_history,
                 "history": list(self.history)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the distance history written by :meth:`state_dict`."""
         self.history = deque((float(x) for x in state["history"]), maxlen=self.window)
