@@ -1,4 +1,6 @@
-"""Device profiles, latency/energy arithmetic and CPU-frequency actuators."""
+"""CPU-frequency actuators (cpufreq sysfs, emulated, off), device probing, and the sysfs
+actuator end to end through the ClientApp and the client CLI
+(:mod:`fedcure_app.devices.cpufreq`)."""
 
 from __future__ import annotations
 
@@ -12,290 +14,18 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from pydantic import ValidationError
 
 from fedcure_app import devices
 from fedcure_app.devices import (
-    MODEL_ALIASES,
     PRESETS,
-    TRAIN_FLOPS_PER_SAMPLE,
     CpufreqError,
     CpufreqPermissionError,
-    DeviceProfile,
     EmulatedThrottle,
     NoThrottle,
-    PopulationArrays,
-    ProfileError,
     SysfsCpufreq,
-    client_round_seconds,
-    coalition_seconds,
-    compute_seconds,
-    edge_round_seconds,
-    energy_joules,
-    load_profiles,
     make_actuator,
-    parse_profile,
     probe_device,
-    sample_population,
-    transfer_seconds,
 )
-from fedcure_app.models import ARCHITECTURES, train_flops_per_sample
-
-
-def _profile(**kw: object) -> DeviceProfile:
-    base: dict[str, object] = dict(
-        name="dev", f_min_ghz=0.5, f_max_ghz=2.0, cycles_per_sample={"mnist": 1e6},
-        uplink_mbps=10.0, downlink_mbps=20.0, kappa=1e-9, jitter=0.0,
-    )
-    base.update(kw)
-    return DeviceProfile.model_validate(base)
-
-
-# ----------------------------------------------------------------------------- profiles, presets
-
-
-def test_presets_follow_published_clocks() -> None:
-    clocks = {k: (p.f_min_ghz, p.f_max_ghz) for k, p in PRESETS.items()}
-    assert clocks["rpi4"] == (0.6, 1.5)
-    assert clocks["rpi5"] == (1.5, 2.4)
-    assert clocks["jetson-nano"][1] == 1.43
-    assert clocks["jetson-orin-nano"][1] == 1.5
-    assert clocks["laptop"][1] == 4.0
-    for name, p in PRESETS.items():
-        assert p.name == name
-        assert 0 < p.f_min_ghz <= p.f_max_ghz
-        assert p.cycles_for("digits") < p.cycles_for("mnist") < p.cycles_for("cifar10")
-        assert p.kappa > 0 and p.uplink_mbps > 0 and p.downlink_mbps > 0
-
-
-def test_preset_speeds_are_plausible() -> None:
-    def mnist_rate(name: str) -> float:
-        p = PRESETS[name]
-        return p.f_max_ghz * 1e9 / p.cycles_for("mnist")  # samples/s at f_max
-
-    rates = [mnist_rate(n) for n in ("jetson-nano", "rpi4", "rpi5", "laptop")]
-    assert rates == sorted(rates)
-    assert 100 < mnist_rate("rpi4") < 1000
-
-
-def test_preset_kappa_matches_power_at_fmax() -> None:
-    # one second of work at f_max costs the CPU's load power in joules
-    p = PRESETS["rpi4"]
-    assert energy_joules(p, p.f_max_ghz * 1e9, p.f_max_ghz) == pytest.approx(3.5)
-
-
-def test_train_flops_constants_match_the_models() -> None:
-    for model, flops in TRAIN_FLOPS_PER_SAMPLE.items():
-        assert train_flops_per_sample(model) == flops
-    for dataset, arch in ARCHITECTURES.items():
-        assert MODEL_ALIASES.get(dataset, dataset) == arch
-
-
-def test_profile_validation() -> None:
-    with pytest.raises(ValidationError, match="must not exceed f_max_ghz"):
-        _profile(f_min_ghz=3.0)
-    for bad in ({"uplink_mbps": 0}, {"downlink_mbps": -1}, {"kappa": 0},
-                {"cycles_per_sample": {}}, {"cycles_per_sample": {"mnist": -5}},
-                {"jitter": -0.1}, {"f_max_ghz": float("inf")}, {"colour": "red"}):
-        with pytest.raises(ValidationError):
-            _profile(**bad)
-
-
-def test_profile_is_frozen() -> None:
-    with pytest.raises(ValidationError):
-        PRESETS["rpi4"].f_max_ghz = 9.0  # type: ignore[misc]
-
-
-def test_cycles_for_aliases_and_errors() -> None:
-    p = PRESETS["rpi4"]
-    assert p.cycles_for("svhn") == p.cycles_for("cinic10") == p.cycles_for("cifar10")
-    assert p.cycles_for("MNIST") == p.cycles_for("mnist")
-    with pytest.raises(KeyError, match="no cycles for model 'resnet'"):
-        p.cycles_for("resnet")
-
-
-def test_clamp() -> None:
-    p = _profile()
-    assert (p.clamp(0.1), p.clamp(1.0), p.clamp(9.0)) == (0.5, 1.0, 2.0)
-
-
-# ----------------------------------------------------------------------------- population
-
-
-def test_population_is_seeded() -> None:
-    a = [p.name for p in sample_population(60, seed=1)]
-    b = [p.name for p in sample_population(60, seed=1)]
-    c = [p.name for p in sample_population(60, seed=2)]
-    assert a == b and a != c
-    assert set(a) == set(PRESETS)
-    assert sample_population(0) == []
-
-
-def test_population_mix() -> None:
-    only = sample_population(20, seed=0, mix={"rpi4": 1.0, "laptop": 0.0})
-    assert {p.name for p in only} == {"rpi4"}
-    listed = sample_population(40, seed=0, mix=["rpi5", "jetson-nano"])
-    assert {p.name for p in listed} == {"rpi5", "jetson-nano"}
-    with pytest.raises(ValueError, match="unknown device preset"):
-        sample_population(3, mix=["toaster"])
-    with pytest.raises(ValueError, match="not all zero"):
-        sample_population(3, mix={"rpi4": 0.0})
-    with pytest.raises(ValueError, match="non-negative integer"):
-        sample_population(-1)
-
-
-# ----------------------------------------------------------------------------- profile files
-
-
-def test_load_json_list_and_dict(tmp_path: Path) -> None:
-    entry = _profile().model_dump()
-    path = tmp_path / "a.json"
-    path.write_text(json.dumps([entry, {"preset": "rpi5", "uplink_mbps": 5}]))
-    loaded = load_profiles(path)
-    assert loaded[0] == _profile()
-    assert loaded[1].name == "rpi5" and loaded[1].uplink_mbps == 5
-    assert loaded[1].f_max_ghz == PRESETS["rpi5"].f_max_ghz
-
-    entry.pop("name")
-    path2 = tmp_path / "b.json"
-    path2.write_text(json.dumps({"profiles": {"pi-in-the-attic": entry}}))
-    assert load_profiles(path2)[0].name == "pi-in-the-attic"
-
-
-def test_load_toml(tmp_path: Path) -> None:
-    path = tmp_path / "p.toml"
-    path.write_text(
-        '[[profiles]]\nname = "box"\nf_min_ghz = 1.0\nf_max_ghz = 2.0\nuplink_mbps = 10\n'
-        'downlink_mbps = 10\nkappa = 1e-9\n[profiles.cycles_per_sample]\nmnist = 2e6\n'
-        '[[profiles]]\npreset = "laptop"\n'
-    )
-    a, b = load_profiles(path)
-    assert a.name == "box" and a.cycles_for("mnist") == 2e6 and a.jitter == 0.1
-    assert b == PRESETS["laptop"]
-    tables = tmp_path / "t.toml"
-    tables.write_text('[edge1]\npreset = "rpi4"\n[edge2]\npreset = "rpi4"\nkappa = 2e-9\n')
-    one, two = load_profiles(tables)
-    assert (one.name, two.name, two.kappa) == ("edge1", "edge2", 2e-9)
-
-
-def test_load_errors(tmp_path: Path) -> None:
-    with pytest.raises(ProfileError, match="not found"):
-        load_profiles(tmp_path / "missing.json")
-    odd = tmp_path / "p.yaml"
-    odd.write_text("x: 1")
-    with pytest.raises(ProfileError, match="unsupported profile file type '.yaml'"):
-        load_profiles(odd)
-    broken = tmp_path / "broken.json"
-    broken.write_text("[{")
-    with pytest.raises(ProfileError, match="cannot parse"):
-        load_profiles(broken)
-    empty = tmp_path / "empty.json"
-    empty.write_text("[]")
-    with pytest.raises(ProfileError, match="no device profiles"):
-        load_profiles(empty)
-    scalar = tmp_path / "scalar.json"
-    scalar.write_text("3")
-    with pytest.raises(ProfileError, match="expected a list or a mapping"):
-        load_profiles(scalar)
-    bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps({"slowpoke": {"preset": "rpi4", "f_min_ghz": 9.0}}))
-    with pytest.raises(ProfileError, match=r"bad\.json: profile 'slowpoke': .*must not exceed"):
-        load_profiles(bad)
-    bad_list = tmp_path / "bad_list.json"
-    bad_list.write_text(json.dumps([{"preset": "rpi4"}, {"preset": "rpi4", "speed": 3}]))
-    with pytest.raises(ProfileError, match=r"profile #1: speed: unknown key"):
-        load_profiles(bad_list)
-    with pytest.raises(ProfileError, match="unknown preset 'toaster'"):
-        parse_profile({"preset": "toaster"})
-    with pytest.raises(ProfileError, match="must be a table"):
-        parse_profile([1, 2])  # type: ignore[arg-type]
-
-
-# ----------------------------------------------------------------------------- arithmetic
-
-
-def test_latency_arithmetic() -> None:
-    assert compute_seconds(1.5e9, 1.5) == pytest.approx(1.0)
-    assert transfer_seconds(1_000_000, 8.0) == pytest.approx(1.0)
-    p = _profile()  # 1e6 cycles/sample, up 10, down 20 Mbit/s
-    t = client_round_seconds(p, "mnist", 160, 250_000, 1.0)
-    assert t == pytest.approx(0.16 + 0.1 + 0.2)
-    assert edge_round_seconds([0.3, 1.2, 0.7]) == 1.2
-    assert coalition_seconds([1.0, 2.0, 3.0], 1_000_000, 80.0) == pytest.approx(6.2)
-    assert coalition_seconds(1.5, 1_000_000, 80.0, tau_e=12) == pytest.approx(18.2)
-    assert coalition_seconds(1.5, 1_000_000, 80.0, tau_e=12, transfers=0) == pytest.approx(18.0)
-    assert energy_joules(p, 2e9, 1.5) == pytest.approx(1e-9 * 2e9 * 2.25)
-    np.testing.assert_allclose(compute_seconds(np.array([1e9, 2e9]), 2.0), [0.5, 1.0])
-
-
-def test_arithmetic_errors() -> None:
-    with pytest.raises(ValueError, match="f_ghz"):
-        compute_seconds(1e9, 0.0)
-    with pytest.raises(ValueError, match="mbps"):
-        transfer_seconds(10, -1.0)
-    with pytest.raises(ValueError, match="at least one client"):
-        edge_round_seconds([])
-    with pytest.raises(ValueError, match="tau_e"):
-        coalition_seconds([1.0, 2.0], 10, 1.0, tau_e=2)
-    with pytest.raises(ValueError, match="edge-round latencies"):
-        coalition_seconds([], 10, 1.0)
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    cycles=st.floats(1e3, 1e12),
-    f1=st.floats(0.1, 5.0),
-    factor=st.floats(1.01, 10.0),
-)
-def test_higher_frequency_is_faster_and_costlier(cycles: float, f1: float, factor: float) -> None:
-    f2 = f1 * factor
-    p = PRESETS["rpi5"]
-    assert compute_seconds(cycles, f2) < compute_seconds(cycles, f1)
-    assert energy_joules(p, cycles, f2) > energy_joules(p, cycles, f1)
-    assert client_round_seconds(p, "mnist", 160, 250_000, f2) < client_round_seconds(
-        p, "mnist", 160, 250_000, f1
-    )
-    # compute time × frequency is the work, whatever f
-    assert compute_seconds(cycles, f1) * f1 == pytest.approx(compute_seconds(cycles, f2) * f2)
-
-
-def test_jitter_is_mean_one_and_seeded() -> None:
-    p = _profile(jitter=0.3)
-    base = client_round_seconds(p, "mnist", 160, 250_000, 1.0)
-    rng = np.random.default_rng(0)
-    draws = np.array(
-        [client_round_seconds(p, "mnist", 160, 250_000, 1.0, rng) for _ in range(4000)]
-    )
-    assert draws.min() > 0
-    assert draws.mean() == pytest.approx(base, rel=0.03)
-    assert np.std(np.log(draws)) == pytest.approx(0.3, rel=0.05)
-    again = np.random.default_rng(0)
-    assert client_round_seconds(p, "mnist", 160, 250_000, 1.0, again) == draws[0]
-    still = _profile(jitter=0.0)
-    assert client_round_seconds(still, "mnist", 160, 250_000, 1.0, np.random.default_rng(5)) == \
-        pytest.approx(base)
-
-
-def test_population_arrays_agree_with_the_scalar_model() -> None:
-    pop = sample_population(25, seed=3)
-    arr = PopulationArrays.from_profiles(pop, "cifar10")
-    f = arr.clamp(np.linspace(0.1, 5.0, 25))
-    scalar = [client_round_seconds(p, "cifar10", 160, 4_969_512, fi) for p, fi in zip(pop, f)]
-    np.testing.assert_allclose(arr.round_seconds(160, 4_969_512, f), scalar, rtol=1e-12)
-    rng_a, rng_b = np.random.default_rng(7), np.random.default_rng(7)
-    jittered = [
-        client_round_seconds(p, "cifar10", 160, 4_969_512, fi, rng_a) for p, fi in zip(pop, f)
-    ]
-    np.testing.assert_allclose(arr.round_seconds(160, 4_969_512, f, rng_b), jittered, rtol=1e-12)
-    energy = [energy_joules(p, p.cycles_for("cifar10") * 160, fi) for p, fi in zip(pop, f)]
-    np.testing.assert_allclose(arr.energy_joules(160, f), energy, rtol=1e-12)
-    idx = np.array([2, 5])
-    np.testing.assert_allclose(arr.round_seconds(160, 4_969_512, f[idx], idx=idx),
-                               np.array(scalar)[idx], rtol=1e-12)
-    assert len(arr) == 25
-    assert np.all(arr.clamp(100.0) == arr.f_max_ghz)
 
 
 # ----------------------------------------------------------------------------- actuators
@@ -481,7 +211,7 @@ def test_probe_this_machine() -> None:
 
 # ------------------------------------------------- the sysfs actuator end to end (ClientApp, CLI)
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _node_data_file(path: Path, client: int = 1) -> Path:
