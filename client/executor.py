@@ -44,6 +44,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from fedcure_app.object_pulls import quick_pulls
+
 log = logging.getLogger("fedcure.client.executor")
 
 #: the ClientApp this executor runs (the component ``fedcure-edge`` submits)
@@ -334,6 +336,11 @@ def main(argv: list[str] | None = None) -> int:
             stop.set()
 
         threading.Thread(target=watch, name="watch-parent", daemon=True).start()
+    from flwr.supernode.runtime import run_clientapp
+
+    # the SuperNode hands out a task before it holds the message's objects: retry them after
+    # 10 ms, not Flower's 1 s (fedcure_app.object_pulls)
+    quick_pulls(run_clientapp, "pull_and_inflate_object_from_tree")
     trainer = Trainer(cfg.trainer_restarts)
     try:
         trainer.start()  # load torch, the model and the data before the first message

@@ -33,6 +33,8 @@ import time as _time
 from types import ModuleType
 from typing import Any
 
+from fedcure_app.object_pulls import quick_pulls
+
 log = logging.getLogger("fedcure.client.supernode")
 
 #: Flower versions whose SuperNode loop this module knows: [low, high)
@@ -153,6 +155,9 @@ def install(clock: IdleClock, module: ModuleType | None = None) -> bool:
 
     module._pull_and_store_message = pull_and_reset
     module.time = clock  # type: ignore[attr-defined]
+    # a message is listed before its objects land on the SuperLink: retry them after
+    # idle_min_s, not Flower's 1 s (fedcure_app.object_pulls)
+    quick_pulls(module, "pull_objects", clock.idle_min_s, clock.idle_max_s)
     return True
 
 

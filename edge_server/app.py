@@ -19,10 +19,12 @@ from typing import Any
 from flwr.app import Context
 from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
+from flwr.superlink.grid import http_grid
 
 from edge_server.serve import serve_edge
 from edge_server.settings import EdgeSettings
 from fedcure_app.app_config import AppOptions, app_options
+from fedcure_app.object_pulls import quick_pulls
 
 app = ServerApp()
 
@@ -34,6 +36,8 @@ def run_edge_role(grid: Grid, run_config: dict[str, Any], opts: AppOptions) -> N
         raise ValueError("role 'edge' needs the run-config key edge-file (start the edge with "
                          "fedcure-edge, which writes it)")
     settings = EdgeSettings.load(opts.edge_file)
+    # a reply is listed before its objects land: retry them after 10 ms, not Flower's 1 s
+    quick_pulls(http_grid, "pull_objects")
     log(INFO, "[fedcure] edge %d: serving the cloud at %s; clients reach this SuperLink at %s",
         settings.edge_id, settings.cloud, settings.advertise)
     stats = serve_edge(grid, settings)

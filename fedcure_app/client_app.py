@@ -52,6 +52,7 @@ from fedcure_app.app_config import (
 from fedcure_app.config import FedCureConfig
 from fedcure_app.devices import DEFAULT_CPU_ROOT, FrequencyActuator, make_actuator
 from fedcure_app.models import build_model, get_weights, set_weights
+from fedcure_app.packing import is_packed, pack, unpack
 from fedcure_app.flower_tools import ray_node_metric
 from fedcure_app.threads import apply_thread_policy
 from fedcure_app.training import evaluate, train_local
@@ -254,7 +255,9 @@ def train(msg: Message, context: Context) -> Message:
     f_req = float(conf.get("freq-ghz", 0.0))
     # no directive (0): run flat out
     f_applied = float(actuator.apply(f_req if f_req > 0 else f_max))
-    set_weights(model, msg.content["arrays"].to_numpy_ndarrays())
+    sent = msg.content["arrays"].to_numpy_ndarrays()
+    shapes = [tuple(t.shape) for t in model.state_dict().values()]
+    set_weights(model, unpack(sent, shapes))
     res = train_local(
         model, x, y,
         steps=int(conf["tau-c"]), lr=float(conf["lr"]), batch_size=int(conf["batch-size"]),
@@ -282,7 +285,9 @@ def train(msg: Message, context: Context) -> Message:
             else _process_started_at(),
             "finished_at": time.time(),
         })
-    content = RecordDict({"arrays": ArrayRecord(get_weights(model)), "metrics": metrics})
+    weights = get_weights(model)  # answered in the form it was sent (fedcure_app.packing)
+    content = RecordDict({"arrays": ArrayRecord(pack(weights) if is_packed(sent, shapes)
+                                                else weights), "metrics": metrics})
     return Message(content, reply_to=msg)
 
 
@@ -314,7 +319,8 @@ def evaluate_local(msg: Message, context: Context) -> Message:
         client = _client_id(state, conf, context)
         x, y = state.data(client)
         model = state.model
-    set_weights(model, msg.content["arrays"].to_numpy_ndarrays())
+    shapes = [tuple(t.shape) for t in model.state_dict().values()]
+    set_weights(model, unpack(msg.content["arrays"].to_numpy_ndarrays(), shapes))
     res = evaluate(model, x, y)
     metrics = MetricRecord({
         "num-examples": int(res.samples), "loss": float(res.loss),

@@ -44,6 +44,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg
 
+from fedcure_app.packing import pack, unpack
 from fedcure_app.tasks import ClientReport, EdgeResult, EdgeTask, client_train_seed
 
 log = logging.getLogger(__name__)
@@ -206,6 +207,11 @@ def _reply_problem(reply: Message, sent: ArrayRecord) -> str | None:
     arrays = next(iter(content.array_records.values()))
     if list(arrays.keys()) != list(sent.keys()):
         return f"model has tensors {list(arrays.keys())[:5]}…, sent {list(sent.keys())[:5]}…"
+    for key in sent.keys():
+        got, want = tuple(arrays[key].shape), tuple(sent[key].shape)
+        if got != want or arrays[key].dtype != sent[key].dtype:
+            return (f"model tensor {key} is {arrays[key].dtype}{list(got)}, sent "
+                    f"{sent[key].dtype}{list(want)}")
     if len(content.metric_records) != 1:
         return f"expected one MetricRecord, got {len(content.metric_records)}"
     metrics = next(iter(content.metric_records.values()))
@@ -279,6 +285,7 @@ def run_edge_task(
             log.warning("task %s: client %d has no Flower node; dropped", task.task_id, c)
             dropped.append(int(c))
     edge = [np.asarray(a) for a in task.arrays]
+    shapes = [a.shape for a in edge]
     reports: list[ClientReport] = []
     num_samples = 0
     ttl = None if timeout_s is None else max(1.0, float(timeout_s))
@@ -289,7 +296,8 @@ def run_edge_task(
                 f"edge round {r} (dropped: {dropped})"
             )
         t_round = time.monotonic()
-        record = ArrayRecord(edge, keep_input=True)
+        # one flat array per message: a third of the objects Flower moves (fedcure_app.packing)
+        record = ArrayRecord(pack(edge), keep_input=True)
         msgs = [_train_message(record, task, c, node_of_client[c], r, ttl, extra_config)
                 for c in active]
         ids = list(grid.push_messages(msgs))
@@ -340,7 +348,7 @@ def run_edge_task(
             ) from err
         if arrays is None:  # pragma: no cover - FedAvg returns None only without replies
             raise EdgeTaskError(f"task {task.task_id}: FedAvg returned no model in round {r}")
-        edge = arrays.to_numpy_ndarrays()
+        edge = unpack(arrays.to_numpy_ndarrays(), shapes)
         num_samples = 0
         for c, reply in zip(survivors, replies):
             m = next(iter(reply.content.metric_records.values()))

@@ -68,7 +68,7 @@ def test_bad_idle_settings_are_refused():
 def test_install_replaces_the_loops_clock_and_keeps_pulls_working():
     from flwr.supernode import start_client_internal as loop
 
-    saved = loop.time, loop._pull_and_store_message
+    saved = loop.time, loop._pull_and_store_message, loop.pull_objects
     try:
         calls: list[object] = []
 
@@ -80,13 +80,14 @@ def test_install_replaces_the_loops_clock_and_keeps_pulls_working():
         clock = IdleClock(0.01, 0.08, 0.01, sleep=lambda s: None)
         assert install(clock, loop)
         assert loop.time is clock
+        assert loop.pull_objects.__wrapped__ is saved[2]  # object pulls retry after idle_min_s
         clock.next_idle_s(), clock.next_idle_s()  # back-off grown to 0.04
         assert loop._pull_and_store_message("x") == 7  # a message: back-off restarts
         assert clock.next_idle_s() == 0.01
         assert loop._pull_and_store_message("y") is None
         assert calls == [("x",), ("y",)]
     finally:
-        loop.time, loop._pull_and_store_message = saved
+        loop.time, loop._pull_and_store_message, loop.pull_objects = saved
 
 
 def test_install_leaves_a_changed_flower_alone(tmp_path: Path):

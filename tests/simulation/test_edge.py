@@ -85,7 +85,9 @@ def test_one_message_per_client_per_round_with_its_own_directive_and_seed():
         assert conf["freq-ghz"] == pytest.approx(task.frequencies_ghz[c])
         assert (conf["tau-c"], conf["lr"], conf["batch-size"]) == (3, 0.05, 8)
         assert conf["task-id"] == "r3-c1"
-        assert set(m.content["arrays"].keys()) == {"0", "1"}
+        # the model travels packed: one flat array of all SHAPES' values (fedcure_app.packing)
+        (flat,) = m.content["arrays"].to_numpy_ndarrays()
+        assert flat.shape == (sum(int(np.prod(s)) for s in SHAPES),)
     assert res.dropped == []
     assert res.num_samples == SIZES[0] + SIZES[1] + SIZES[2]
     want = expected_after([[0, 1, 2], [0, 1, 2]])

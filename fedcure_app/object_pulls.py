@@ -1,0 +1,119 @@
+"""Flower's object pulls with short retry waits (the warm client and the edge role).
+
+Flower 1.41 moves a message as a small header plus content objects (the model's arrays). A
+receiver pulls the objects one by one, and an object that is not there yet raises
+``ObjectUnavailableError``, after which Flower waits ``PULL_INITIAL_BACKOFF`` = 1 s, doubling up
+to 10 s (``flwr.supercore.inflatable.inflatable_utils.pull_objects``). In an edge round that
+happens on every hop, because each sender announces a message before its objects have landed:
+
+- the SuperNode creates the ClientApp task before it has pulled the message's objects from the
+  SuperLink, so the ClientApp's first object pull nearly always finds nothing and sleeps 1 s;
+- the edge ServerApp pulls a reply as soon as the SuperLink lists it, usually before the
+  SuperNode has pushed its objects.
+
+Each such wait is a full second of an edge round that is neither training nor transfer. The
+waits are keyword arguments of Flower's pull functions, so :func:`quick_pulls` wraps a module's
+reference to one of them with other defaults: the first retry after ``first_s`` (default
+0.01 s), doubling up to ``cap_s`` (0.2 s). A caller that passes its own values keeps them. The
+total patience stays Flower's (``max_time``, 7200 s): the number of tries is left unbounded
+instead of 500, so the shorter waits never give up sooner than Flower would.
+
+Only the pinned Flower range (:data:`SUPPORTED`, as in pyproject.toml) is patched, and only when
+the function still takes those keywords (:func:`check_pull_function`); otherwise nothing
+changes and a warning says why. ``tests/deployment/test_warm_client.py`` fails when Flower
+changes underneath.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+from types import ModuleType
+from typing import Any, Callable
+
+log = logging.getLogger("fedcure.object_pulls")
+
+#: Flower versions whose pull functions this module knows: [low, high)
+SUPPORTED = ((1, 41), (1, 42))
+#: the keywords of Flower's pull functions this module sets
+KEYWORDS = ("initial_backoff", "backoff_cap", "max_tries_per_object")
+#: default first wait and longest wait between tries for an object not there yet (seconds)
+FIRST_S, CAP_S = 0.01, 0.2
+#: marks a function this module already wrapped
+_MARK = "__fedcure_quick_pulls__"
+
+
+def flower_version() -> str:
+    """The installed Flower's version string."""
+    from importlib.metadata import version
+
+    return version("flwr")
+
+
+def _major_minor(text: str) -> tuple[int, int]:
+    parts = [int("".join(ch for ch in p if ch.isdigit()) or 0) for p in text.split(".")[:2]]
+    return (parts + [0, 0])[0], (parts + [0, 0])[1]
+
+
+def check_pull_function(func: Any, version: str | None = None) -> list[str]:
+    """Why ``func`` cannot be given short waits (empty when it can)."""
+    problems: list[str] = []
+    version = flower_version() if version is None else version
+    low, high = SUPPORTED
+    if not low <= _major_minor(version) < high:
+        problems.append(f"flwr {version} is outside the supported range "
+                        f"{low[0]}.{low[1]} <= v < {high[0]}.{high[1]}")
+    if not callable(func):
+        return [*problems, f"{func!r} is not a function"]
+    try:
+        params = inspect.signature(func).parameters
+    except (TypeError, ValueError) as err:
+        return [*problems, f"cannot read the signature of {func!r}: {err}"]
+    missing = [k for k in KEYWORDS if k not in params]
+    if missing:
+        problems.append(f"{getattr(func, '__qualname__', func)} no longer takes "
+                        f"{', '.join(missing)}")
+    return problems
+
+
+def quick(func: Callable[..., Any], first_s: float = FIRST_S, cap_s: float = CAP_S
+          ) -> Callable[..., Any]:
+    """``func`` with a first retry after ``first_s`` doubling up to ``cap_s`` and unbounded
+    tries (Flower's ``max_time`` still bounds the whole pull), unless the caller says
+    otherwise."""
+    if not 0 < first_s <= cap_s:
+        raise ValueError(f"need 0 < first_s <= cap_s, got {first_s}, {cap_s}")
+
+    @functools.wraps(func)
+    def pull(*args: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault("initial_backoff", first_s)
+        kwargs.setdefault("backoff_cap", cap_s)
+        kwargs.setdefault("max_tries_per_object", None)
+        return func(*args, **kwargs)
+
+    setattr(pull, _MARK, (first_s, cap_s))
+    return pull
+
+
+def quick_pulls(module: ModuleType, name: str, first_s: float = FIRST_S, cap_s: float = CAP_S
+                ) -> bool:
+    """Replace ``module.name`` (Flower's ``pull_objects`` or
+    ``pull_and_inflate_object_from_tree`` as that module imported it) by :func:`quick` of it;
+    False, with a warning, when this Flower differs from the one it was written for."""
+    func = getattr(module, name, None)
+    if getattr(func, _MARK, None) is not None:
+        return True
+    problems = check_pull_function(func)
+    if problems:
+        log.warning("%s.%s keeps Flower's 1 s object-pull waits: %s", module.__name__, name,
+                    "; ".join(problems))
+        return False
+    setattr(module, name, quick(func, first_s, cap_s))
+    log.debug("%s.%s: object pulls retry after %.3g s, at most %.3g s apart", module.__name__,
+              name, first_s, cap_s)
+    return True
+
+
+__all__ = ["CAP_S", "FIRST_S", "KEYWORDS", "SUPPORTED", "check_pull_function", "quick",
+           "quick_pulls"]

@@ -1,0 +1,87 @@
+"""Short object-pull waits (issue 12): Flower's pull functions as the warm client's SuperNode,
+its executor and the edge ServerApp call them retry an object that has not landed yet after
+10 ms instead of 1 s, and a Flower that changed underneath is left alone."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+import types
+from pathlib import Path
+
+import pytest
+from flwr.superlink.grid import http_grid
+from flwr.supercore.inflatable.inflatable_utils import ObjectUnavailableError, pull_objects
+from flwr.supernode import start_client_internal
+from flwr.supernode.runtime import run_clientapp
+
+from fedcure_app.object_pulls import SUPPORTED, check_pull_function, quick, quick_pulls
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: every Flower function whose waits FedCure shortens, by the module that calls it
+TARGETS = [(start_client_internal, "pull_objects"), (http_grid, "pull_objects"),
+           (run_clientapp, "pull_and_inflate_object_from_tree")]
+
+
+def test_the_pull_functions_fit_the_pinned_flower():
+    """Fails when Flower changes underneath: the pin in pyproject is the range this module
+    knows, and each function it wraps still takes the keywords it sets."""
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    pin = next(d for d in deps if d.startswith("flwr"))
+    low, high = re.search(r">=\s*([\d.]+)\s*,\s*<\s*([\d.]+)", pin).groups()
+    assert (tuple(map(int, low.split("."))), tuple(map(int, high.split(".")))) == SUPPORTED
+    for module, name in TARGETS:
+        assert check_pull_function(getattr(module, name)) == [], (module.__name__, name)
+
+
+def test_short_waits_are_filled_in_unless_the_caller_sets_them():
+    seen: list[dict] = []
+
+    def pull(ids, fn, *, initial_backoff=1, backoff_cap=10, max_tries_per_object=500):
+        seen.append(dict(initial_backoff=initial_backoff, backoff_cap=backoff_cap,
+                         max_tries_per_object=max_tries_per_object))
+        return ids
+
+    fast = quick(pull, 0.02, 0.3)
+    assert fast(["a"], None) == ["a"]
+    assert seen[-1] == dict(initial_backoff=0.02, backoff_cap=0.3, max_tries_per_object=None)
+    fast(["a"], None, initial_backoff=2.0)
+    assert seen[-1]["initial_backoff"] == 2.0 and seen[-1]["backoff_cap"] == 0.3
+    with pytest.raises(ValueError):
+        quick(pull, 0.5, 0.1)
+
+
+def test_an_object_that_lands_late_is_still_pulled_by_flowers_own_function():
+    misses = {"x": 3}
+
+    def pull_one(object_id: str) -> bytes:
+        if misses[object_id]:
+            misses[object_id] -= 1
+            raise ObjectUnavailableError(object_id)
+        return b"content"
+
+    assert quick(pull_objects)(["x"], pull_one) == {"x": b"content"}
+    assert misses == {"x": 0}
+
+
+def test_quick_pulls_patches_a_module_once_and_leaves_a_changed_flower_alone():
+    def pull(ids, fn, *, initial_backoff=1, backoff_cap=10, max_tries_per_object=500):
+        return ids
+
+    module = types.ModuleType("fake_flower_module")
+    module.pull_objects = pull
+    assert quick_pulls(module, "pull_objects", 0.01, 0.1)
+    wrapped = module.pull_objects
+    assert wrapped is not pull and wrapped.__wrapped__ is pull
+    assert quick_pulls(module, "pull_objects")  # already wrapped: unchanged
+    assert module.pull_objects is wrapped
+
+    def changed(ids, fn, *, retry_policy=None):  # a Flower that renamed its keywords
+        return ids
+
+    module.pull_objects = changed
+    assert not quick_pulls(module, "pull_objects")
+    assert module.pull_objects is changed
+    assert any("no longer takes" in p for p in check_pull_function(changed))
+    assert check_pull_function(pull, version="1.42.0")[0].startswith("flwr 1.42.0 is outside")
