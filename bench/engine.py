@@ -54,15 +54,25 @@ class CountingExecutor:
         self.steps = 0
         self.tasks = 0
 
-    def run(self, task):
+    def _count(self, task) -> None:
         self.steps += len(task.clients) * task.tau_e * task.tau_c
         self.tasks += 1
+
+    def run(self, task):
+        self._count(task)
         return self.inner.run(task)
+
+    def submit(self, task):
+        """Whole tasks side by side (a parallel executor): counted once they ran; a task still
+        queued when the run ended is cancelled and not counted."""
+        future = self.inner.submit(task)
+        future.add_done_callback(lambda f: None if f.cancelled() else self._count(task))
+        return future
 
     def close(self) -> None:
         self.inner.close()
 
-    def __getattr__(self, name: str):  # evaluate_global of a parallel executor
+    def __getattr__(self, name: str):  # evaluate_global and workers of a parallel executor
         return getattr(self.inner, name)
 
 

@@ -1,7 +1,9 @@
 """Event-driven SAFL simulation on a simulated clock (DESIGN.md semantics).
 
-Round 0 dispatches every coalition. A dispatched coalition's training runs at once (it depends
-only on the model it was sent), while the simulated clock decides when its edge model *arrives*:
+Round 0 dispatches every coalition. A dispatched coalition's training starts at once (it
+depends only on the model it was sent; with a worker pool, tasks in flight train side by side
+and each result is collected at its arrival), while the simulated clock decides when its edge
+model *arrives*:
 its latency is drawn from the device profiles (compute c_n/f_n at the directed frequency, model
 down/up links, lognormal jitter), τ_e edge rounds each as slow as its slowest client, plus the
 edge↔cloud transfers. Each arrival is one global round: the strategy aggregates it, updates the
@@ -17,6 +19,7 @@ import heapq
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -135,7 +138,7 @@ class _Arrival:
     time_s: float
     seq: int
     dispatch: Dispatch = field(compare=False)
-    result: EdgeResult = field(compare=False)
+    result: EdgeResult | Future[EdgeResult] = field(compare=False)
     latency_s: float = field(compare=False)
     energy_j: float = field(compare=False)
 
@@ -155,6 +158,12 @@ class SimulationEngine:
         self._x_test = torch.from_numpy(federation.dataset.x_test)
         self._y_test = torch.from_numpy(federation.dataset.y_test)
         self._seq = 0
+        submit = getattr(executor, "submit", None)
+        workers = int(getattr(executor, "workers", 1))
+        #: tasks run asynchronously (collected at their arrival) when the executor offers it
+        #: and at least as many coalitions train at once as it has workers; else one at a time
+        self._submit = (submit if submit is not None and workers > 1
+                        and self.strategy.max_concurrent >= workers else None)
 
     # -------------------------------------------------------------- simulated latency
     def _simulated_latency(self, d: Dispatch) -> tuple[float, float]:
@@ -186,7 +195,9 @@ class SimulationEngine:
             batch_size=self.cfg.method.batch_size,
             seed=derive_seed(self.cfg.run.seed, d.round, d.coalition),
         )
-        result = self.executor.run(task)
+        # whole tasks side by side where the executor can and enough coalitions train at once
+        result: EdgeResult | Future[EdgeResult] = (
+            self._submit(task) if self._submit is not None else self.executor.run(task))
         latency, energy = self._simulated_latency(d)
         self._seq += 1
         heapq.heappush(heap, _Arrival(now + latency, self._seq, d, result, latency, energy))
@@ -218,6 +229,8 @@ class SimulationEngine:
                 raise RuntimeError("no coalition is training: nothing can arrive")
             a = heapq.heappop(heap)
             now = a.time_s
+            if isinstance(a.result, Future):
+                a.result = a.result.result()
             rec = self.strategy.on_arrival(EdgeUpdate(
                 coalition=a.dispatch.coalition, base_version=a.dispatch.version,
                 arrays=a.result.arrays, num_samples=a.result.num_samples,
@@ -242,6 +255,9 @@ class SimulationEngine:
             records.append(row)
             if on_round is not None:
                 on_round(row)
+        for left in heap:  # tasks still training when the run ended: not needed
+            if isinstance(left.result, Future):
+                left.result.cancel()
         return self._summary(records, acc0, time.perf_counter() - wall0)
 
     def _summary(self, records: list[dict[str, Any]], acc0: float, wall: float) -> dict[str, Any]:

@@ -6,10 +6,13 @@ ran (latencies come from device profiles), so the same seed gives the same sched
 
 - :class:`InProcessExecutor` calls :func:`fedcure_app.training.train_local` directly on torch
   tensors: one model object, FedAvg in torch, no serialisation. The fast path on one core.
-- :class:`ParallelExecutor` trains the clients of each edge round in a pool of forked worker
-  processes that keep the client data (inherited at fork, never pickled) and a built model; only
-  the edge model goes out and the trained client models come back. Bit-for-bit the same result
-  as :class:`InProcessExecutor` (same seeds, same thread count, FedAvg summed in client order).
+- :class:`ParallelExecutor` runs in a pool of forked worker processes that keep the client
+  data (inherited at fork, never pickled) and a built model. Either whole coalition tasks side
+  by side (:meth:`ParallelExecutor.submit`, what the engine uses when at least as many
+  coalitions train at once as there are workers), or the clients of each edge round of one task
+  split over the workers (:meth:`ParallelExecutor.run`): only the edge model goes out and the
+  trained client models come back. Bit-for-bit the same result as :class:`InProcessExecutor`
+  (same seeds, same thread count, FedAvg summed in client order).
 - The Flower executor (``fedcure_app.simulation.flower_executor``) sends the same work to real
   Flower ClientApps on virtual SuperNodes through :mod:`fedcure_app.edge`.
 """
@@ -20,7 +23,8 @@ import logging
 import math
 import multiprocessing
 import signal
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -56,11 +60,11 @@ class InProcessExecutor:
     ) -> None:
         self.model = build_model(dataset, num_classes)
         self.client_data = client_data
-        self._params = list(self.model.state_dict().values())
+        self.params = list(self.model.state_dict().values())
 
     def _load(self, tensors: list[torch.Tensor]) -> None:
         with torch.no_grad():
-            for p, t in zip(self._params, tensors):
+            for p, t in zip(self.params, tensors):
                 p.copy_(t)
 
     def run(self, task: EdgeTask) -> EdgeResult:
@@ -79,7 +83,7 @@ class InProcessExecutor:
                     seed=client_train_seed(task.seed, r, c),
                 )
                 with torch.no_grad():
-                    for a, p in zip(acc, self._params):
+                    for a, p in zip(acc, self.params):
                         a.add_(p, alpha=float(w))
                 reports.append(ClientReport(
                     client=int(c), edge_round=r, samples=int(res.samples),
@@ -121,9 +125,14 @@ def _worker_init(dataset: str, num_classes: int,
     test data."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and shuts down
     apply_thread_policy(threads)
-    model = build_model(dataset, num_classes)
-    _WORKER.update(model=model, params=list(model.state_dict().values()), data=client_data,
+    inproc = InProcessExecutor(dataset, num_classes, client_data)
+    _WORKER.update(executor=inproc, model=inproc.model, params=inproc.params, data=client_data,
                    test=test_data)
+
+
+def _run_task(task: EdgeTask) -> EdgeResult:
+    """A whole coalition task in this worker, as :class:`InProcessExecutor` runs it."""
+    return _WORKER["executor"].run(task)
 
 
 def _eval_batches(arrays: list[np.ndarray], start: int, stop: int, batch_size: int
@@ -161,6 +170,12 @@ def _train_clients(
         out.append(([p.detach().numpy().copy() for p in params], int(res.samples),
                     float(res.seconds), float(res.loss)))
     return out
+
+
+#: an edge round's clients are cut into this many chunks per worker, handed out as workers
+#: become free: a worker slowed by another process on its core takes fewer of them, instead
+#: of holding up the round with an equal share (each round ends with a barrier: FedAvg)
+CHUNKS_PER_WORKER = 5
 
 
 def _chunks(items: list[Any], parts: int) -> list[list[Any]]:
@@ -224,7 +239,7 @@ class ParallelExecutor:
             jobs = [(c, client_train_seed(task.seed, r, c)) for c in clients]
             futures = [self._pool.submit(_train_clients, arrays, chunk, task.tau_c, task.lr,
                                          task.batch_size)
-                       for chunk in _chunks(jobs, self.workers)]
+                       for chunk in _chunks(jobs, self.workers * CHUNKS_PER_WORKER)]
             trained = [item for f in futures for item in f.result()]
             acc = [torch.zeros_like(t) for t in edge]
             with torch.no_grad():
@@ -243,6 +258,15 @@ class ParallelExecutor:
             num_samples=int(sizes.sum()),
             reports=reports,
         )
+
+    def submit(self, task: EdgeTask) -> Future[EdgeResult]:
+        """Run the whole of ``task`` in one worker, as :class:`InProcessExecutor` would; the
+        caller collects the result later. With several tasks in flight (the engine keeps up to
+        ``max-concurrent`` coalitions training) the workers run whole tasks side by side, with no
+        barrier every edge round, which keeps every core busy also when another process takes
+        a share of them. The task's model is copied now (the caller may change its arrays)."""
+        task = replace(task, arrays=[np.array(a, copy=True) for a in task.arrays])
+        return self._pool.submit(_run_task, task)
 
     def evaluate_global(self, arrays: list[np.ndarray], batch_size: int = 256
                         ) -> tuple[float, float] | None:

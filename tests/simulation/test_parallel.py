@@ -52,6 +52,8 @@ def _run(federation, executor):
     return result, engine.strategy.global_arrays
 
 
+# 2 workers: max-concurrent (2 of 3 coalitions) >= workers, so whole tasks train side by side
+# (ParallelExecutor.submit); 4 workers: each edge round's clients are split over the workers
 @pytest.mark.parametrize("workers", [2, 4])
 def test_parallel_executor_gives_bit_identical_records_and_final_model(federation, workers):
     seq, seq_model = _run(federation, make_inprocess_executor(federation))
@@ -76,14 +78,16 @@ def test_parallel_edge_task_matches_sequential_reports_and_weights(federation):
     par = ParallelExecutor(ds.name, ds.num_classes, data, 3)
     try:
         b = par.run(task)
+        whole = par.submit(task).result()  # the whole task in one worker
         # the workers run the thread policy of this process (tests: 1 thread)
         assert par._pool.submit(torch.get_num_threads).result() == torch.get_num_threads()
     finally:
         par.close()
     strip = lambda r: (r.client, r.edge_round, r.samples, r.f_applied_ghz, r.loss)  # noqa: E731
-    assert [strip(r) for r in b.reports] == [strip(r) for r in a.reports]
-    assert b.num_samples == a.num_samples
-    assert all(np.array_equal(x, y) for x, y in zip(a.arrays, b.arrays))
+    for got in (b, whole):
+        assert [strip(r) for r in got.reports] == [strip(r) for r in a.reports]
+        assert got.num_samples == a.num_samples
+        assert all(np.array_equal(x, y) for x, y in zip(a.arrays, got.arrays))
 
 
 def test_chunks_are_contiguous_near_equal_and_keep_order():
