@@ -145,12 +145,16 @@ def pull_replies(
     Returns (message id → reply, ids still unanswered). Each id is pulled only until its reply
     came back: the grid deletes a reply once returned, and asking again gives an error reply.
     ``on_reply(pending ids)`` is called after every pull that brought replies (progress).
+    Once the deadline has passed, one more pull collects what came in before it: a pull can
+    itself take long (Flower waits for a reply's objects), and replies that arrived meanwhile
+    count.
     """
     pending = {i for i in message_ids if i}
     got: dict[str, Message] = {}
     deadline = None if timeout_s is None else clock() + timeout_s
     while pending:
         before = len(pending)
+        last = deadline is not None and clock() >= deadline  # then this pull is the last
         for reply in grid.pull_messages(sorted(pending)):
             mid = reply.metadata.reply_to_message_id
             if mid in pending:
@@ -158,7 +162,7 @@ def pull_replies(
                 got[mid] = reply
         if on_reply is not None and len(pending) < before:
             on_reply(set(pending))
-        if not pending or (deadline is not None and clock() >= deadline):
+        if not pending or last:
             break
         sleep(poll_s)
     return got, pending

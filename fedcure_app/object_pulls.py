@@ -16,7 +16,12 @@ waits are keyword arguments of Flower's pull functions, so :func:`quick_pulls` w
 reference to one of them with other defaults: the first retry after ``first_s`` (default
 0.01 s), doubling up to ``cap_s`` (0.2 s). A caller that passes its own values keeps them. The
 total patience stays Flower's (``max_time``, 7200 s): the number of tries is left unbounded
-instead of 500, so the shorter waits never give up sooner than Flower would.
+instead of 500, so the shorter waits never give up sooner than Flower would. The edge bounds it
+by its ``--edge-timeout`` instead: a client killed while uploading its reply leaves the reply
+listed with objects that never come, and Flower's pull of the replies then blocks the whole edge
+round (every other client's reply included) until the SuperLink's upload session expires,
+minutes later; with the bound, that one reply becomes an error reply after the edge timeout and
+the client is dropped like any other that did not answer.
 
 Only the pinned Flower range (:data:`SUPPORTED`, as in pyproject.toml) is patched, and only when
 the function still takes those keywords (:func:`check_pull_function`); otherwise nothing
@@ -37,7 +42,7 @@ log = logging.getLogger("fedcure.object_pulls")
 #: Flower versions whose pull functions this module knows: [low, high)
 SUPPORTED = ((1, 41), (1, 42))
 #: the keywords of Flower's pull functions this module sets
-KEYWORDS = ("initial_backoff", "backoff_cap", "max_tries_per_object")
+KEYWORDS = ("initial_backoff", "backoff_cap", "max_tries_per_object", "max_time")
 #: default first wait and longest wait between tries for an object not there yet (seconds)
 FIRST_S, CAP_S = 0.01, 0.2
 #: marks a function this module already wrapped
@@ -77,39 +82,43 @@ def check_pull_function(func: Any, version: str | None = None) -> list[str]:
     return problems
 
 
-def quick(func: Callable[..., Any], first_s: float = FIRST_S, cap_s: float = CAP_S
-          ) -> Callable[..., Any]:
+def quick(func: Callable[..., Any], first_s: float = FIRST_S, cap_s: float = CAP_S,
+          max_time_s: float | None = None) -> Callable[..., Any]:
     """``func`` with a first retry after ``first_s`` doubling up to ``cap_s`` and unbounded
-    tries (Flower's ``max_time`` still bounds the whole pull), unless the caller says
-    otherwise."""
+    tries, unless the caller says otherwise. The whole pull gives up after ``max_time_s``
+    seconds when given, else after Flower's ``max_time`` (7200 s)."""
     if not 0 < first_s <= cap_s:
         raise ValueError(f"need 0 < first_s <= cap_s, got {first_s}, {cap_s}")
+    if max_time_s is not None and not max_time_s > 0:
+        raise ValueError(f"max_time_s must be > 0, got {max_time_s}")
 
     @functools.wraps(func)
     def pull(*args: Any, **kwargs: Any) -> Any:
         kwargs.setdefault("initial_backoff", first_s)
         kwargs.setdefault("backoff_cap", cap_s)
         kwargs.setdefault("max_tries_per_object", None)
+        if max_time_s is not None:
+            kwargs.setdefault("max_time", max_time_s)
         return func(*args, **kwargs)
 
-    setattr(pull, _MARK, (first_s, cap_s))
+    setattr(pull, _MARK, (first_s, cap_s, max_time_s))
     return pull
 
 
-def quick_pulls(module: ModuleType, name: str, first_s: float = FIRST_S, cap_s: float = CAP_S
-                ) -> bool:
+def quick_pulls(module: ModuleType, name: str, first_s: float = FIRST_S, cap_s: float = CAP_S,
+                max_time_s: float | None = None) -> bool:
     """Replace ``module.name`` (Flower's ``pull_objects`` or
     ``pull_and_inflate_object_from_tree`` as that module imported it) by :func:`quick` of it;
     False, with a warning, when this Flower differs from the one it was written for."""
     func = getattr(module, name, None)
     if getattr(func, _MARK, None) is not None:
-        return True
+        func = func.__wrapped__  # wrapped before: wrap Flower's own function again
     problems = check_pull_function(func)
     if problems:
         log.warning("%s.%s keeps Flower's 1 s object-pull waits: %s", module.__name__, name,
                     "; ".join(problems))
         return False
-    setattr(module, name, quick(func, first_s, cap_s))
+    setattr(module, name, quick(func, first_s, cap_s, max_time_s))
     log.debug("%s.%s: object pulls retry after %.3g s, at most %.3g s apart", module.__name__,
               name, first_s, cap_s)
     return True

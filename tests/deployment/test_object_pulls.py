@@ -38,18 +38,36 @@ def test_the_pull_functions_fit_the_pinned_flower():
 def test_short_waits_are_filled_in_unless_the_caller_sets_them():
     seen: list[dict] = []
 
-    def pull(ids, fn, *, initial_backoff=1, backoff_cap=10, max_tries_per_object=500):
+    def pull(ids, fn, *, initial_backoff=1, backoff_cap=10, max_tries_per_object=500,
+             max_time=7200):
         seen.append(dict(initial_backoff=initial_backoff, backoff_cap=backoff_cap,
-                         max_tries_per_object=max_tries_per_object))
+                         max_tries_per_object=max_tries_per_object, max_time=max_time))
         return ids
 
     fast = quick(pull, 0.02, 0.3)
     assert fast(["a"], None) == ["a"]
-    assert seen[-1] == dict(initial_backoff=0.02, backoff_cap=0.3, max_tries_per_object=None)
+    assert seen[-1] == dict(initial_backoff=0.02, backoff_cap=0.3, max_tries_per_object=None,
+                            max_time=7200)  # Flower's total patience unless bounded
     fast(["a"], None, initial_backoff=2.0)
     assert seen[-1]["initial_backoff"] == 2.0 and seen[-1]["backoff_cap"] == 0.3
+    quick(pull, 0.02, 0.3, max_time_s=60.0)(["a"], None)
+    assert seen[-1]["max_time"] == 60.0
     with pytest.raises(ValueError):
         quick(pull, 0.5, 0.1)
+    with pytest.raises(ValueError):
+        quick(pull, 0.01, 0.1, max_time_s=0.0)
+
+
+def test_an_object_that_never_lands_fails_the_pull_after_the_bound_not_the_session():
+    """A client killed while uploading its reply: the edge's pull gives up after its bound and
+    Flower turns that into an error reply, instead of blocking the edge round for minutes."""
+    from flwr.supercore.inflatable.inflatable_utils import ObjectPullError
+
+    def never(object_id: str) -> bytes:
+        raise ObjectUnavailableError(object_id)
+
+    with pytest.raises(ObjectPullError):
+        quick(pull_objects, 0.01, 0.05, max_time_s=0.3)(["x"], never)
 
 
 def test_an_object_that_lands_late_is_still_pulled_by_flowers_own_function():
@@ -66,7 +84,8 @@ def test_an_object_that_lands_late_is_still_pulled_by_flowers_own_function():
 
 
 def test_quick_pulls_patches_a_module_once_and_leaves_a_changed_flower_alone():
-    def pull(ids, fn, *, initial_backoff=1, backoff_cap=10, max_tries_per_object=500):
+    def pull(ids, fn, *, initial_backoff=1, backoff_cap=10, max_tries_per_object=500,
+             max_time=7200):
         return ids
 
     module = types.ModuleType("fake_flower_module")
@@ -74,8 +93,8 @@ def test_quick_pulls_patches_a_module_once_and_leaves_a_changed_flower_alone():
     assert quick_pulls(module, "pull_objects", 0.01, 0.1)
     wrapped = module.pull_objects
     assert wrapped is not pull and wrapped.__wrapped__ is pull
-    assert quick_pulls(module, "pull_objects")  # already wrapped: unchanged
-    assert module.pull_objects is wrapped
+    assert quick_pulls(module, "pull_objects", max_time_s=5.0)  # wrapped again, not twice
+    assert module.pull_objects.__wrapped__ is pull
 
     def changed(ids, fn, *, retry_policy=None):  # a Flower that renamed its keywords
         return ids

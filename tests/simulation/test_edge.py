@@ -192,6 +192,33 @@ def test_pull_replies_never_asks_again_for_an_answered_id():
     assert grid.pulls == 4 and grid.repulls == 0
 
 
+def test_a_pull_that_runs_past_the_deadline_is_followed_by_one_last_pull():
+    """Flower's pull can block on one reply's missing objects (its client died uploading) until
+    past the edge timeout; the replies that came in meanwhile still count."""
+    from types import SimpleNamespace
+
+    now = [0.0]
+
+    def reply(mid: str):
+        return SimpleNamespace(metadata=SimpleNamespace(reply_to_message_id=mid))
+
+    class SlowGrid:
+        calls = 0
+
+        def pull_messages(self, ids):
+            self.calls += 1
+            if self.calls == 1:
+                now[0] += 100.0  # blocked far past the 60 s deadline
+                return [reply("dead")]  # the dead client's error reply
+            return [reply(i) for i in ids if i == "alive"]  # answered while we were blocked
+
+    grid = SlowGrid()
+    got, pending = pull_replies(grid, ["dead", "alive", "silent"], poll_s=0.01, timeout_s=60,
+                                sleep=lambda s: None, clock=lambda: now[0])
+    assert set(got) == {"dead", "alive"} and pending == {"silent"}
+    assert grid.calls == 2  # one last pull, then it gives up
+
+
 def test_coalition_grid_restricts_nodes():
     grid = grid_for()
     cg = CoalitionGrid(grid, [NODE[1], NODE[3], 999])
