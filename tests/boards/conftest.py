@@ -1,6 +1,6 @@
-"""The arm64 tests run last: ``.ci/run`` prepares the arm64 tree in the background while the
-rest of the suite runs (``docker/arm64/prepare.sh`` takes a lock, so the tests' own call waits
-for that preparation and then finds the tree ready)."""
+"""The arm64 tests run last, so that a ``docker/arm64/prepare.sh`` started in the background
+before the suite (it takes a lock; the tests' own call waits for it and then finds the tree
+ready) has the rest of the suite's time to finish."""
 
 from __future__ import annotations
 
