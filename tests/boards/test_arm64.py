@@ -9,8 +9,9 @@ tree's real ``/sys`` (no cpufreq under qemu-user: it falls back to emulation wit
 warning). The cloud records their reports (the energy of each task is recomputed from what the
 clients applied and measured).
 
-Opt-in (``FEDCURE_ARM64_TESTS=1``; ``.ci/run`` does not set it yet): needs root, qemu-user-static, debootstrap
-and the Debian mirror and PyPI (cold: ~0.4 GB downloaded, tens of minutes under emulation).
+Opt-in (``FEDCURE_ARM64_TESTS=1``; ``.ci/run`` does not set it yet): needs root,
+qemu-user-static, debootstrap and the Debian mirror and PyPI (cold: ~0.4 GB downloaded, tens
+of minutes under emulation).
 """
 
 from __future__ import annotations
