@@ -9,7 +9,8 @@ import logging
 import math
 import os
 import platform
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -17,10 +18,14 @@ import numpy as np
 import torch
 
 from fedcure_app.experiments.base import markdown_table
-from fedcure_app.experiments.paper import PAPER, TABLE1_MISSING
-from fedcure_app.experiments.stats import fmt_d, fmt_mean_std, mean_std
+from fedcure_app.experiments.paper import PAPER, PAPER_TABLE1, TABLE1_NOTE, PaperTable1
+from fedcure_app.experiments.stats import fmt_d, mean_std
 from fedcure_app.experiments.suite import REPORT_ORDER, DatasetOutcome
 from fedcure_app.experiments.table1 import METHODS
+
+#: The paper's formed variants (on FedCure's coalitions) and the plain baselines.
+FORMED: tuple[str, ...] = ("fedgreedy", "fedfair", "fedcure")
+PLAIN: tuple[str, ...] = ("greedy", "fair")
 
 log = logging.getLogger(__name__)
 
@@ -48,23 +53,127 @@ def _budget_table(outcomes: Sequence[DatasetOutcome]) -> str:
          "runs simulated (from cache)"], rows)
 
 
+@dataclass(frozen=True)
+class OurTable1:
+    """One dataset's Table 1 from our runs: (mean, std) of the final accuracy in % per method
+    key of :data:`METHODS`, and Cohen's d of FedCure over FedFair (None with one seed)."""
+
+    dataset: str
+    accuracy: Mapping[str, tuple[float, float]]
+    cohens_d: float | None
+
+
+def our_table1(o: DatasetOutcome) -> OurTable1 | None:
+    """Our Table 1 for ``o`` in percent, or None when Table 1 was not run for it."""
+    t = o.sections.get("table1")
+    if t is None:
+        return None
+    acc = {}
+    for m in METHODS:
+        mu, sd = mean_std(t.data["final_accuracy"][m])
+        acc[m] = (100.0 * mu, 100.0 * sd)
+    return OurTable1(o.name, acc, t.data["cohens_d_fedcure_vs_fedfair"])
+
+
+def _pct(mean: float, std: float) -> str:
+    """A mean ± std cell, already in percent."""
+    return f"{mean:.2f} ± {std:.2f}"
+
+
+def _d_diff(ours: float | None, paper: float) -> str:
+    """|d ours| − d paper (the paper's d is unsigned), or n/a. No ``|`` in it: a table cell."""
+    if ours is None or math.isinf(ours):
+        return "n/a"
+    return f"{abs(ours) - paper:+.2f} (magnitude)"
+
+
+def _columns(t: OurTable1, paper: PaperTable1) -> list[tuple[str, list[str]]]:
+    """One dataset's columns as (heading, cells: the five methods, then Cohen's d): ours, and
+    where the paper reports the dataset, the paper's and ours − paper (points)."""
+    d = fmt_d(t.cohens_d) if t.cohens_d is not None else "n/a"
+    cols = [(f"{t.dataset} (ours)", [_pct(*t.accuracy[m]) for m in METHODS] + [d])]
+    if t.dataset not in paper.accuracy:
+        return cols
+    p, pd = paper.accuracy[t.dataset], paper.cohens_d[t.dataset]
+    cols.append((f"{paper.names[t.dataset]} (paper)",
+                 [_pct(*p[m]) for m in METHODS] + [f"{pd:.2f}"]))
+    cols.append((f"{t.dataset}: ours − paper",
+                 [f"{t.accuracy[m][0] - p[m][0]:+.2f}" for m in METHODS]
+                 + [_d_diff(t.cohens_d, pd)]))
+    return cols
+
+
+def table1_comparison(tables: Sequence[OurTable1], paper: PaperTable1 = PAPER_TABLE1) -> str:
+    """Markdown table: one row per method (and Cohen's d), per dataset our column, then the
+    paper's and the difference where the paper reports that dataset."""
+    columns = [c for t in tables for c in _columns(t, paper)]
+    labels = list(METHODS.values()) + ["Cohen's d (FedCure vs FedFair)"]
+    rows = [[label] + [cells[i] for _, cells in columns] for i, label in enumerate(labels)]
+    return markdown_table(["method"] + [h for h, _ in columns], rows)
+
+
+def rank_order(means: Mapping[str, float]) -> str:
+    """``"FedFair = FedCure > FedGreedy > Fair > Greedy"``: methods by mean, best first."""
+    ms = sorted(means, key=lambda m: -means[m])
+    out = METHODS[ms[0]]
+    for a, b in zip(ms, ms[1:]):
+        out += f" {'=' if means[a] == means[b] else '>'} {METHODS[b]}"
+    return out
+
+
+def _above_plain(ours: Mapping[str, float]) -> str:
+    """(a): each formed variant above both plain baselines: "holds" or the failing pairs."""
+    fails = [f"{METHODS[m]} ≤ {METHODS[b]}" for m in FORMED for b in PLAIN
+             if ours[m] <= ours[b]]
+    return "holds" if not fails else f"does not hold ({', '.join(fails)})"
+
+
+def _same_order(ours: Mapping[str, float], paper: Mapping[str, float]) -> str:
+    """(b): every pair the paper orders strictly is ordered alike in ours: "holds" or the
+    swapped (and tied) pairs, paper's higher one first."""
+    swapped, tied = [], []
+    for a in METHODS:
+        for b in METHODS:
+            if paper[a] > paper[b] and ours[a] <= ours[b]:
+                (tied if ours[a] == ours[b] else swapped).append(f"{METHODS[a]}/{METHODS[b]}")
+    if not swapped and not tied:
+        return "holds"
+    what = [f"swapped: {', '.join(swapped)}"] if swapped else []
+    what += [f"tied in ours: {', '.join(tied)}"] if tied else []
+    return f"does not hold ({'; '.join(what)})"
+
+
+def ordering_line(dataset: str, ours: Mapping[str, float], paper: Mapping[str, float]) -> str:
+    """One Markdown bullet: does the paper's ordering of the methods (mean accuracies, per
+    method key) hold in ours — (a) formed variants above both plain ones, (b) the rank order."""
+    return (f"- **{dataset}**: (a) FedGreedy, FedFair and FedCure each above both Greedy and "
+            f"Fair: {_above_plain(ours)}. (b) the paper's rank order ({rank_order(paper)}): "
+            f"{_same_order(ours, paper)}; ours: {rank_order(ours)}.")
+
+
+def _table1_notes(tables: Sequence[OurTable1], paper: PaperTable1 = PAPER_TABLE1) -> list[str]:
+    """Lines under the combined table: the ordering per reported dataset, then which datasets
+    the paper has no column for and which of its columns we did not run."""
+    means = {t.dataset: {m: mu for m, (mu, _) in t.accuracy.items()} for t in tables}
+    lines = [ordering_line(ds, ours, {m: mu for m, (mu, _) in paper.accuracy[ds].items()})
+             for ds, ours in means.items() if ds in paper.accuracy]
+    if lines:
+        lines = ["Does the paper's ordering hold in ours (mean final accuracy)?", ""] + lines
+    for ds in means:
+        if ds not in paper.accuracy:
+            lines += ["", f"The paper has no {ds} column, so {ds} shows our numbers only."]
+    missing = [paper.names[ds] for ds in paper.accuracy if ds not in means]
+    if missing:
+        lines += ["", f"Not run here, so not shown: the paper's {', '.join(missing)} column(s)."]
+    return lines
+
+
 def _table1_combined(done: Sequence[DatasetOutcome]) -> str:
-    have = [o for o in done if "table1" in o.sections]
-    if not have:
+    """Our Table 1 next to the paper's, with the differences and the ordering checks."""
+    tables = [t for t in map(our_table1, done) if t is not None]
+    if not tables:
         return "_Table 1 was not run._"
-    rows = []
-    for m, name in METHODS.items():
-        row = [name]
-        for o in have:
-            mu, sd = mean_std(o.sections["table1"].data["final_accuracy"][m])
-            row.append(fmt_mean_std(mu, sd))
-        rows.append(row)
-    drow = ["Cohen's d (FedCure vs FedFair)"]
-    for o in have:
-        d = o.sections["table1"].data["cohens_d_fedcure_vs_fedfair"]
-        drow.append(fmt_d(d) if d is not None else "n/a")
-    rows.append(drow)
-    return markdown_table(["method"] + [f"{o.name} (ours)" for o in have], rows)
+    return "\n".join([table1_comparison(tables), "", TABLE1_NOTE, "", *_table1_notes(tables)])
 
 
 def _gap_rows(done: Sequence[DatasetOutcome]) -> list[list[str]]:
@@ -147,13 +256,12 @@ def _gap_rows(done: Sequence[DatasetOutcome]) -> list[list[str]]:
 def _paper_section(done: Sequence[DatasetOutcome]) -> str:
     parts = ["## Our numbers next to the paper's", "",
              "### Table 1 — final test accuracy (%), edge non-IID, mean ± std over seeds", "",
-             _table1_combined(done), "", TABLE1_MISSING, "", "### The paper's headline claims",
-             ""]
+             _table1_combined(done), "", "### The paper's headline claims", ""]
     rows = _gap_rows(done)
     if rows:
         parts.append(markdown_table(["claim", "paper", "ours", "difference", "why we think so"],
                                     rows))
-    sources = sorted({p.source for p in PAPER.values()})
+    sources = sorted({p.source for p in PAPER.values()} | {PAPER_TABLE1.source})
     parts += ["", "Sources: " + "; ".join(sources) + ".", "",
               "General reasons our accuracies sit below a full-length run: below the paper "
               "budget we train for far fewer global rounds and edge rounds than the paper (see "
@@ -226,4 +334,5 @@ def write_report(outcomes: Sequence[DatasetOutcome], out: Path, *, command: str,
     return path
 
 
-__all__ = ["write_report"]
+__all__ = ["OurTable1", "ordering_line", "our_table1", "rank_order", "table1_comparison",
+           "write_report"]

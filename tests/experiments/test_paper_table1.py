@@ -1,0 +1,93 @@
+"""The report's Table 1 next to the paper's (issue 16): the paper's cells, the signed
+difference per cell, the ordering checks, and datasets the paper does not report. Built from
+made-up :class:`DatasetOutcome`s; no simulation runs."""
+
+from __future__ import annotations
+
+from fedcure_app.experiments.base import Section
+from fedcure_app.experiments.paper import PAPER_FIG3_RATIO, PAPER_TABLE1
+from fedcure_app.experiments.report import _paper_section, _table1_combined, ordering_line
+from fedcure_app.experiments.suite import ALL_DATASETS, DatasetOutcome
+from fedcure_app.experiments.table1 import METHODS
+
+#: Final accuracies (fractions) per method in the paper's MNIST order:
+#: FedFair = FedCure > FedGreedy > Fair > Greedy (FedCure 96.00 ± 1.00 %).
+PAPER_ORDER = {"greedy": [0.30, 0.32], "fair": [0.70, 0.72], "fedgreedy": [0.94, 0.95],
+               "fedfair": [0.955, 0.965], "fedcure": [0.95, 0.97]}
+
+
+def outcome(name: str, accuracy: dict[str, list[float]], d: float | None = 0.1
+            ) -> DatasetOutcome:
+    """A dataset outcome holding only a Table 1 section with these final accuracies."""
+    data = {"final_accuracy": accuracy, "cohens_d_fedcure_vs_fedfair": d}
+    return DatasetOutcome(name, sections={"table1": Section("table1", "Table 1", name, "",
+                                                            data=data)})
+
+
+def row(md: str, method: str) -> list[str]:
+    """The cells of the combined table's row for ``method``."""
+    line = next(x for x in md.splitlines() if x.startswith(f"| {method} |"))
+    return [c.strip() for c in line.strip("|").split("|")]
+
+
+def test_paper_table1_is_complete_and_keyed_like_the_code():
+    assert set(PAPER_TABLE1.accuracy) == set(PAPER_FIG3_RATIO) == set(PAPER_TABLE1.cohens_d)
+    assert set(PAPER_TABLE1.accuracy) <= set(ALL_DATASETS)
+    for cells in PAPER_TABLE1.accuracy.values():
+        assert set(cells) == set(METHODS)
+    assert PAPER_TABLE1.accuracy["mnist"]["fedcure"] == (96.37, 0.05)
+    assert PAPER_TABLE1.accuracy["cinic10"]["greedy"] == (14.56, 1.84)
+    assert PAPER_TABLE1.cohens_d["svhn"] == 0.78 and PAPER_FIG3_RATIO["cifar10"] == 3.09
+    assert "Table 1" in PAPER_TABLE1.source and "2511.10227" in PAPER_TABLE1.source
+
+
+def test_combined_table_puts_the_paper_cell_next_to_ours_with_the_signed_difference():
+    md = _table1_combined([outcome("mnist", PAPER_ORDER, d=0.0)])
+    header = row(md, "method")
+    assert header == ["method", "mnist (ours)", "MNIST (paper)", "mnist: ours − paper"]
+    assert row(md, "FedCure") == ["FedCure", "96.00 ± 1.41", "96.37 ± 0.05", "-0.37"]
+    assert row(md, "Greedy")[1:] == ["31.00 ± 1.41", "37.97 ± 0.03", "-6.97"]
+    assert row(md, "Fair")[3] == "-5.19"
+    # the paper's d is unsigned: compared as a magnitude
+    assert row(md, "Cohen's d (FedCure vs FedFair)")[1:] == ["+0.00", "0.00", "+0.00 (magnitude)"]
+    assert "could not be retrieved" not in md
+
+
+def test_ordering_line_holds_for_the_papers_order():
+    md = _table1_combined([outcome("mnist", PAPER_ORDER)])
+    line = next(x for x in md.splitlines() if x.startswith("- **mnist**"))
+    assert "above both Greedy and Fair: holds" in line
+    assert "(FedFair = FedCure > FedGreedy > Fair > Greedy): holds" in line
+
+
+def test_ordering_line_names_the_swapped_pair():
+    # CIFAR-10: the paper has FedFair > FedCure > FedGreedy > Fair > Greedy; swap Fair/Greedy
+    paper = {m: mu for m, (mu, _) in PAPER_TABLE1.accuracy["cifar10"].items()}
+    ours = dict(paper, greedy=20.0, fair=19.0)
+    line = ordering_line("cifar10", ours, paper)
+    assert "above both Greedy and Fair: holds" in line
+    assert "does not hold (swapped: Fair/Greedy)" in line
+    # a formed variant below a plain one breaks (a) and swaps that pair in (b)
+    ours = dict(paper, fedgreedy=10.0)
+    line = ordering_line("cifar10", ours, paper)
+    assert "Fair: does not hold (FedGreedy ≤ Greedy, FedGreedy ≤ Fair)" in line
+    assert "swapped: FedGreedy/Greedy, FedGreedy/Fair" in line
+
+
+def test_digits_has_no_paper_column_and_says_so():
+    md = _table1_combined([outcome("digits", PAPER_ORDER), outcome("mnist", PAPER_ORDER)])
+    assert row(md, "method") == ["method", "digits (ours)", "mnist (ours)", "MNIST (paper)",
+                                 "mnist: ours − paper"]
+    assert "The paper has no digits column, so digits shows our numbers only." in md
+    assert "- **digits**" not in md
+    assert "Not run here, so not shown: the paper's CIFAR-10, SVHN, CINIC-10 column(s)." in md
+    only = _table1_combined([outcome("digits", PAPER_ORDER, d=None)])
+    assert row(only, "method") == ["method", "digits (ours)"]
+    assert "(paper)" not in only and row(only, "Cohen's d (FedCure vs FedFair)")[1] == "n/a"
+
+
+def test_paper_section_cites_table1_and_skips_datasets_without_table1():
+    md = _paper_section([outcome("mnist", PAPER_ORDER), DatasetOutcome("svhn")])
+    assert "96.37 ± 0.05" in md and "arXiv:2511.10227, Table 1" in md
+    assert "SVHN (paper)" not in md
+    assert _table1_combined([DatasetOutcome("mnist")]) == "_Table 1 was not run._"
