@@ -37,9 +37,11 @@ def run_edge_role(grid: Grid, run_config: dict[str, Any], opts: AppOptions) -> N
                          "fedcure-edge, which writes it)")
     settings = EdgeSettings.load(opts.edge_file)
     # a reply is listed before its objects land: retry them after 10 ms, not Flower's 1 s, and
-    # give up on a reply whose objects never come (its client died uploading) after the edge
-    # timeout, not after the SuperLink's upload session expires (fedcure_app.object_pulls)
-    quick_pulls(http_grid, "pull_objects", max_time_s=settings.edge_timeout_s or None)
+    # give up on a reply whose objects never come (its client died uploading) after half the
+    # edge timeout, not after the SuperLink's upload session expires (fedcure_app.object_pulls;
+    # the messages live twice the timeout, so the other replies outlast that wait)
+    timeout = settings.edge_timeout_s
+    quick_pulls(http_grid, "pull_objects", max_time_s=timeout / 2 if timeout else None)
     log(INFO, "[fedcure] edge %d: serving the cloud at %s; clients reach this SuperLink at %s",
         settings.edge_id, settings.cloud, settings.advertise)
     stats = serve_edge(grid, settings)

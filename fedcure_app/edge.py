@@ -292,7 +292,10 @@ def run_edge_task(
     shapes = [a.shape for a in edge]
     reports: list[ClientReport] = []
     num_samples = 0
-    ttl = None if timeout_s is None else max(1.0, float(timeout_s))
+    # messages live twice the round's timeout: a pull can block on a dead client's reply for up
+    # to half of it past the deadline (edge role: fedcure_app.object_pulls), and the replies
+    # that came in meanwhile must still be there for the last pull
+    ttl = None if timeout_s is None else max(1.0, 2.0 * float(timeout_s))
     for r in range(task.tau_e):
         if not active:
             raise EdgeTaskError(

@@ -17,11 +17,13 @@ reference to one of them with other defaults: the first retry after ``first_s`` 
 0.01 s), doubling up to ``cap_s`` (0.2 s). A caller that passes its own values keeps them. The
 total patience stays Flower's (``max_time``, 7200 s): the number of tries is left unbounded
 instead of 500, so the shorter waits never give up sooner than Flower would. The edge bounds it
-by its ``--edge-timeout`` instead: a client killed while uploading its reply leaves the reply
-listed with objects that never come, and Flower's pull of the replies then blocks the whole edge
-round (every other client's reply included) until the SuperLink's upload session expires,
-minutes later; with the bound, that one reply becomes an error reply after the edge timeout and
-the client is dropped like any other that did not answer.
+by half its ``--edge-timeout`` instead: a client killed while uploading its reply leaves the
+reply listed with objects that never come, and Flower's pull of the replies then blocks the whole
+edge round (every other client's reply included) until the SuperLink's upload session expires,
+minutes later, by when the other replies have outlived their TTL; with the bound, that one reply
+becomes an error reply, the client is dropped like any other that did not answer, and the other
+replies (whose messages live twice the edge timeout, :func:`fedcure_app.edge.run_edge_task`) are
+still there to be pulled.
 
 Only the pinned Flower range (:data:`SUPPORTED`, as in pyproject.toml) is patched, and only when
 the function still takes those keywords (:func:`check_pull_function`); otherwise nothing
