@@ -33,7 +33,7 @@ import time as _time
 from types import ModuleType
 from typing import Any
 
-from fedcure_app.object_pulls import quick_pulls
+from fedcure_app.object_pulls import quick_pulls, version_problem
 
 log = logging.getLogger("fedcure.client.supernode")
 
@@ -91,29 +91,10 @@ class IdleClock:
         return getattr(_time, name)
 
 
-def _version(text: str) -> tuple[int, ...]:
-    out = []
-    for part in text.split(".")[:3]:
-        digits = "".join(ch for ch in part if ch.isdigit())
-        out.append(int(digits) if digits else 0)
-    return tuple(out)
-
-
 def check_flower(module: ModuleType | None = None, version: str | None = None) -> list[str]:
     """Why the patch cannot be applied to this Flower (empty when it can)."""
-    problems: list[str] = []
-    if version is None:
-        import flwr
-
-        version = getattr(flwr, "__version__", "") or ""
-        if not version:
-            from importlib.metadata import version as dist_version
-
-            version = dist_version("flwr")
-    low, high = SUPPORTED
-    if not low <= _version(version)[:2] < high:
-        problems.append(f"flwr {version} is outside the supported range "
-                        f"{'.'.join(map(str, low))} <= v < {'.'.join(map(str, high))}")
+    outside = version_problem(version, SUPPORTED)
+    problems: list[str] = [] if outside is None else [outside]
     if module is None:
         from flwr.supernode import start_client_internal as module  # type: ignore[no-redef]
     try:

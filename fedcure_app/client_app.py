@@ -51,7 +51,7 @@ from fedcure_app.app_config import (
 )
 from fedcure_app.config import FedCureConfig
 from fedcure_app.devices import DEFAULT_CPU_ROOT, FrequencyActuator, make_actuator
-from fedcure_app.models import build_model, get_weights, set_weights
+from fedcure_app.models import build_model, get_weights, set_weights, weight_shapes
 from fedcure_app.packing import is_packed, pack, unpack
 from fedcure_app.flower_tools import ray_node_metric
 from fedcure_app.threads import apply_thread_policy
@@ -256,7 +256,7 @@ def train(msg: Message, context: Context) -> Message:
     # no directive (0): run flat out
     f_applied = float(actuator.apply(f_req if f_req > 0 else f_max))
     sent = msg.content["arrays"].to_numpy_ndarrays()
-    shapes = [tuple(t.shape) for t in model.state_dict().values()]
+    shapes = weight_shapes(model)
     set_weights(model, unpack(sent, shapes))
     res = train_local(
         model, x, y,
@@ -319,7 +319,7 @@ def evaluate_local(msg: Message, context: Context) -> Message:
         client = _client_id(state, conf, context)
         x, y = state.data(client)
         model = state.model
-    shapes = [tuple(t.shape) for t in model.state_dict().values()]
+    shapes = weight_shapes(model)
     set_weights(model, unpack(msg.content["arrays"].to_numpy_ndarrays(), shapes))
     res = evaluate(model, x, y)
     metrics = MetricRecord({

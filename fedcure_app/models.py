@@ -122,6 +122,12 @@ def get_weights(model: nn.Module) -> list[np.ndarray]:
     return [t.detach().cpu().numpy().copy() for t in model.state_dict().values()]
 
 
+def weight_shapes(model: nn.Module) -> list[tuple[int, ...]]:
+    """The shapes of the model's state tensors, in ``state_dict`` order (what
+    :func:`get_weights` returns and :func:`set_weights` takes)."""
+    return [tuple(t.shape) for t in model.state_dict().values()]
+
+
 def set_weights(model: nn.Module, arrays: Sequence[np.ndarray]) -> None:
     """Load numpy arrays into the model's state, in ``state_dict`` order, in place.
 

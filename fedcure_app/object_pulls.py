@@ -63,14 +63,24 @@ def _major_minor(text: str) -> tuple[int, int]:
     return (parts + [0, 0])[0], (parts + [0, 0])[1]
 
 
+def version_problem(version: str | None = None,
+                    supported: tuple[tuple[int, int], tuple[int, int]] = SUPPORTED
+                    ) -> str | None:
+    """Why Flower ``version`` (default: the installed one) is outside ``supported`` = [low, high)
+    (major, minor), or None when it is inside: the one range check of every patch FedCure
+    applies to the pinned Flower."""
+    version = flower_version() if version is None else version
+    low, high = supported
+    if low <= _major_minor(version) < high:
+        return None
+    return (f"flwr {version} is outside the supported range "
+            f"{low[0]}.{low[1]} <= v < {high[0]}.{high[1]}")
+
+
 def check_pull_function(func: Any, version: str | None = None) -> list[str]:
     """Why ``func`` cannot be given short waits (empty when it can)."""
-    problems: list[str] = []
-    version = flower_version() if version is None else version
-    low, high = SUPPORTED
-    if not low <= _major_minor(version) < high:
-        problems.append(f"flwr {version} is outside the supported range "
-                        f"{low[0]}.{low[1]} <= v < {high[0]}.{high[1]}")
+    outside = version_problem(version)
+    problems: list[str] = [] if outside is None else [outside]
     if not callable(func):
         return [*problems, f"{func!r} is not a function"]
     try:
@@ -126,5 +136,5 @@ def quick_pulls(module: ModuleType, name: str, first_s: float = FIRST_S, cap_s: 
     return True
 
 
-__all__ = ["CAP_S", "FIRST_S", "KEYWORDS", "SUPPORTED", "check_pull_function", "quick",
-           "quick_pulls"]
+__all__ = ["CAP_S", "FIRST_S", "KEYWORDS", "SUPPORTED", "check_pull_function", "flower_version",
+           "quick", "quick_pulls", "version_problem"]
