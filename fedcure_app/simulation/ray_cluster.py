@@ -47,6 +47,27 @@ def _ray_bin() -> str:
     return path
 
 
+def _signal_all(pids: set[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _alive(pids: set[int]) -> set[int]:
+    """The PIDs among ``pids`` that are running (not gone, not zombies waiting for a reap)."""
+    alive = set()
+    for pid in pids:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        if "zombie" not in status:
+            alive.add(pid)
+    return alive
+
+
 @dataclass
 class LocalRayCluster:
     """Ray nodes on 127.0.0.1 with ``cpus_per_node`` CPUs each (see module docstring).
@@ -159,26 +180,31 @@ class LocalRayCluster:
         return found
 
     def stop(self, timeout_s: float = 20.0) -> None:
-        """Stop every process of this cluster by PID (TERM, then KILL); remove the temp dir."""
+        """Stop every process of this cluster by PID (TERM, then KILL); remove the temp dir.
+
+        Returns once none of the cluster's processes is alive (zombies of other parents
+        aside): a process the raylet spawned while the first ones died is found by a fresh
+        scan and killed too, and a killed process is waited for until it has exited."""
         pids = self.pids()
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except (ProcessLookupError, PermissionError):
-                pass
+        _signal_all(pids, signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in pids):
+        while time.monotonic() < deadline and _alive(pids):
             time.sleep(0.2)
-        for pid in pids | self.pids():
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
         for pgid in self._groups:
             try:
                 os.killpg(pgid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+        deadline = time.monotonic() + timeout_s
+        while True:
+            pids = _alive(pids | self.pids())
+            if not pids or time.monotonic() > deadline:
+                break
+            _signal_all(pids, signal.SIGKILL)
+            time.sleep(0.1)
+        if pids:
+            log.warning("Ray processes %s still alive %.0f s after SIGKILL", sorted(pids),
+                        timeout_s)
         shutil.rmtree(self.temp_dir, ignore_errors=True)
 
     def __enter__(self) -> "LocalRayCluster":
