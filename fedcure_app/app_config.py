@@ -10,7 +10,8 @@ Flower's run config holds only bool/int/float/str, so "unset" is spelled in-band
 
 - ``""`` for the optional strings (``data-dir``, ``profiles-file``, ``formation``, ``scheduler``)
   and for ``mix`` (a comma-separated list of device presets, ``""`` = every preset);
-- ``0`` for ``max-concurrent`` (= ⌈M/2⌉).
+- ``0`` for ``max-concurrent`` (= ⌈M/2⌉);
+- ``edge-access-mbps`` is a comma-separated list of numbers (``""`` = no caps).
 
 ``formation``/``scheduler``, when set, are applied *after* the ``method`` preset, so
 ``--run-config "method='fedcure' scheduler='random'"`` means FedCure's coalitions with a random
@@ -124,10 +125,22 @@ def config_from_run_config(
             continue
         if k == "mix":
             value = [s.strip() for s in str(value).split(",") if s.strip()]
+        if k == "edge-access-mbps":
+            value = _floats(k, value)
         flat[k] = value
     late = {k: flat.pop(k) for k in ("formation", "scheduler") if k in flat}
     cfg = apply_flat(base or FedCureConfig(), flat)
     return apply_flat(cfg, late) if late else cfg
+
+
+def _floats(key: str, value: Any) -> list[float]:
+    """A comma-separated list of numbers from the run config (``""``: an empty list)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return [float(value)]
+    try:
+        return [float(x) for x in str(value).split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"{key}: expected comma-separated numbers, got {value!r}") from None
 
 
 def data_key(cfg: FedCureConfig) -> tuple:
@@ -199,7 +212,7 @@ def run_config_from_config(cfg: FedCureConfig) -> dict[str, Any]:
         if value is None:
             value = 0 if key == "max-concurrent" else ""
         elif isinstance(value, list):
-            value = ",".join(value)
+            value = ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in value)
         out[key] = value
     out.update(APP_OPTION_DEFAULTS)
     return out

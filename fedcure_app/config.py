@@ -20,7 +20,7 @@ import json
 import math
 import tomllib
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -115,6 +115,12 @@ class RunConfig(_Section):
     executor: ExecutorName = "inprocess"
 
 
+#: Default access-network caps of the ESs (Mbit/s), from a Wi-Fi 6 / 5G cell down to a
+#: congested LTE cell; why the default population needs them: docs/DESIGN.md, "Simulated
+#: devices and networks".
+DEFAULT_EDGE_ACCESS_MBPS: tuple[float, ...] = (100.0, 50.0, 20.0, 10.0, 5.0)
+
+
 class DevicesConfig(_Section):
     """The simulated device population and links (deployment measures instead)."""
 
@@ -123,6 +129,11 @@ class DevicesConfig(_Section):
     )
     profiles_file: str | None = Field(None, description="JSON/TOML file of device profiles")
     edge_link_mbps: float = Field(100.0, gt=0.0, description="edge↔cloud link, Mbit/s")
+    edge_access_mbps: list[Annotated[float, Field(gt=0.0, le=1e6, allow_inf_nan=False)]] = Field(
+        default_factory=lambda: list(DEFAULT_EDGE_ACCESS_MBPS),
+        description="cap (Mbit/s) on the client↔ES link rates of each ES's access network: ES m "
+        "gets entry m mod the list's length, a client's rate is min(its radio, that cap); "
+        "empty: no caps (docs/DESIGN.md, 'Simulated devices and networks')", max_length=10_000)
     calibrate_prior: bool | None = Field(
         None, description="rescale the latency priors by observed/predicted latency (empirical "
         "Bayes); default: on in deployment (measured latencies), off in simulation")

@@ -35,6 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--budget", choices=["tiny", "quick", "paper"], default="quick",
                    help="compute budget (default quick: minutes on a 2-core CPU)")
     p.add_argument("--seeds", type=int, help="seeds for Table 1 (overrides the budget's)")
+    p.add_argument("--side-seeds", type=int,
+                   help="seeds for the clustering (Fig. 3) and RH experiments, a prefix of "
+                   "Table 1's (default: the budget's, at most --seeds)")
     p.add_argument("--out", default="results/experiments", help="output folder")
     p.add_argument("--threads", type=int,
                    help="torch threads per process (default 1, or $FEDCURE_NUM_THREADS)")
@@ -75,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         for name in datasets:
             o = run_dataset(name, experiments, data_dir=args.data_dir, budget=args.budget,
                             seeds=args.seeds, out=out, progress=progress, fresh=args.fresh,
-                            workers=workers)
+                            workers=workers, side_seeds=args.side_seeds)
             outcomes.append(o)
             if o.skipped:
                 progress.console.print(f"[yellow]{name}: skipped[/] — {o.skipped}")
@@ -105,8 +108,15 @@ def _check_inputs(args: argparse.Namespace, datasets: list[str], out: Path) -> N
     anything is made: no dataset of ``--dataset`` has its files (the missing ones of several
     are skipped later, with a note), a bad ``--seeds`` or ``--out``."""
     from fedcure_app.cli.errors import UsageError, at_least, check_dataset, check_out_dir
+    from fedcure_app.experiments.budget import get_budget
 
     at_least(args, "seeds", 1)
+    at_least(args, "side_seeds", 1)
+    if args.side_seeds is not None:
+        try:
+            get_budget(args.budget, datasets[0], args.seeds, args.side_seeds)
+        except ValueError as err:
+            raise UsageError(str(err)) from None
     missing: list[str] = []
     for name in datasets:
         try:
@@ -129,6 +139,8 @@ def _command(args: argparse.Namespace) -> str:
         parts += ["--data-dir", args.data_dir]
     if args.seeds is not None:
         parts += ["--seeds", str(args.seeds)]
+    if args.side_seeds is not None:
+        parts += ["--side-seeds", str(args.side_seeds)]
     if args.threads is not None:
         parts += ["--threads", str(args.threads)]
     return " ".join(shlex.quote(p) for p in parts)

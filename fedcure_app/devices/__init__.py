@@ -27,6 +27,7 @@ from fedcure_app.devices.cpufreq import (
 )
 from fedcure_app.devices.latency import (
     PopulationArrays,
+    access_caps,
     client_round_seconds,
     coalition_seconds,
     compute_seconds,
@@ -51,7 +52,8 @@ __all__ = [
     "DEFAULT_CPU_ROOT", "KERNEL_EFFICIENCY", "MODEL_ALIASES", "PRESETS", "TRAIN_FLOPS_PER_SAMPLE",
     "ActuatorKind", "CpufreqError", "CpufreqPermissionError", "DeviceProfile", "EmulatedThrottle",
     "FrequencyActuator", "NoThrottle", "PopulationArrays", "ProfileError", "SysfsCpufreq",
-    "client_round_seconds", "coalition_seconds", "compute_seconds", "edge_round_seconds",
+    "access_caps", "client_round_seconds", "coalition_seconds", "compute_seconds",
+    "edge_round_seconds",
     "energy_joules", "jitter_factor", "load_profiles", "make_actuator", "parse_profile",
     "probe_device", "sample_population", "transfer_seconds",
 ]

@@ -16,7 +16,7 @@ work in CPU cycles, energy in joules.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -198,6 +198,17 @@ class PopulationArrays:
             t = t * jitter_factor(rng, sigma, size=np.shape(sigma)[0])
         return t
 
+    def with_link_caps(self, cap_mbps: np.ndarray) -> "PopulationArrays":
+        """This population with every client's up- and downlink rate capped at ``cap_mbps``
+        (Mbit/s, one per client; ``inf`` = no cap): rate = min(device radio, access network)."""
+        cap = np.asarray(cap_mbps, dtype=np.float64)
+        if cap.shape != self.uplink_mbps.shape:
+            raise ValueError(f"need one cap per client ({len(self)}), got shape {cap.shape}")
+        if np.any(np.isnan(cap)) or np.any(cap <= 0):
+            raise ValueError("link caps must be > 0 Mbit/s (inf for none)")
+        return replace(self, uplink_mbps=np.minimum(self.uplink_mbps, cap),
+                       downlink_mbps=np.minimum(self.downlink_mbps, cap))
+
     def energy_joules(self, samples: np.ndarray | int, f_ghz: np.ndarray | float,
                       idx: np.ndarray | None = None) -> np.ndarray:
         """Energy (J) of training ``samples`` samples at ``f_ghz`` on every device (or ``idx``)."""
@@ -206,3 +217,19 @@ class PopulationArrays:
         _check_positive("f_ghz", f)
         cycles = self.cycles_per_sample[sel] * np.asarray(samples, np.float64)
         return self.kappa[sel] * cycles * f * f
+
+
+def access_caps(assignment: Sequence[int] | np.ndarray, caps_mbps: Sequence[float]) -> np.ndarray:
+    """Each client's link cap (Mbit/s) from the access network of the ES it is assigned to.
+
+    ``assignment``: client → ES (coalition) index; ES ``m`` has cap ``caps_mbps[m % len]``;
+    an empty ``caps_mbps`` means no caps (``inf`` for every client).
+    """
+    a = np.asarray(assignment, dtype=np.int64)
+    if not len(caps_mbps):
+        return np.full(a.shape, np.inf)
+    caps = np.asarray(caps_mbps, dtype=np.float64)
+    _check_positive("caps_mbps", caps)
+    if a.size and a.min() < 0:
+        raise ValueError("ES indices must be >= 0")
+    return caps[a % caps.size]

@@ -44,7 +44,7 @@ class Budget:
     edges: int = 5
     #: Global rounds of the schedule-only efficiency runs, and the β values compared there.
     schedule_rounds: int = 200
-    betas: tuple[float, ...] = (0.0, 0.5, 2.0, 10.0)
+    betas: tuple[float, ...] = (0.0, 0.5, 2.0, 10.0, 100.0)
 
     def overrides(self) -> dict[str, Any]:
         """Flat configuration overrides (see :func:`fedcure_app.config.apply_flat`)."""
@@ -60,8 +60,10 @@ class Budget:
         return d
 
 
-def get_budget(name: str, dataset: str, seeds: int | None = None) -> Budget:
-    """The budget ``name`` for ``dataset``; ``seeds`` (if given) overrides the Table 1 seeds."""
+def get_budget(name: str, dataset: str, seeds: int | None = None,
+               side_seeds: int | None = None) -> Budget:
+    """The budget ``name`` for ``dataset``; ``seeds`` (if given) overrides the Table 1 seeds,
+    ``side_seeds`` those of the clustering and RH experiments (at most ``seeds``)."""
     if name not in BUDGETS:
         raise ValueError(f"unknown budget {name!r}; choose one of {', '.join(BUDGETS)}")
     small = dataset in _SMALL
@@ -85,6 +87,11 @@ def get_budget(name: str, dataset: str, seeds: int | None = None) -> Budget:
         if seeds < 1:
             raise ValueError(f"--seeds must be >= 1, got {seeds}")
         b = Budget(**{**asdict(b), "seeds": seeds, "side_seeds": min(b.side_seeds, seeds)})
+    if side_seeds is not None:
+        if not 1 <= side_seeds <= b.seeds:
+            raise ValueError(f"--side-seeds must be between 1 and the Table 1 seeds ({b.seeds}), "
+                             f"got {side_seeds}")
+        b = Budget(**{**asdict(b), "side_seeds": side_seeds})
     return b
 
 

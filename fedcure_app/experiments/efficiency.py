@@ -61,6 +61,24 @@ def balance(result: dict[str, Any]) -> dict[str, float]:
             "max_queue_over_T": float(q.max() / max(1, result["rounds"]))}
 
 
+def coalition_speed_spread(result: dict[str, Any]) -> float:
+    """Slowest over fastest coalition: the ratio of the largest to the smallest mean task
+    latency (s) among the coalitions that arrived in a run (1 = all equally fast)."""
+    per: dict[int, list[float]] = {}
+    for r in result["records"]:
+        per.setdefault(int(r["coalition"]), []).append(float(r["latency_s"]))
+    means = [float(np.mean(v)) for v in per.values()]
+    return max(means) / min(means) if means else float("nan")
+
+
+def cov_ordering(cov: dict[str, float]) -> str:
+    """Whether the paper's Fig. 4(a) ordering holds: FedCure and FedGreedy (which favour fast
+    coalitions) each below both FedFair and Fair (which treat all alike)."""
+    low, high = ("fedcure", "fedgreedy"), ("fedfair", "fair")
+    broken = [f"{METHODS[a]} ≥ {METHODS[b]}" for a in low for b in high if cov[a] >= cov[b]]
+    return "holds" if not broken else "does not hold (" + ", ".join(broken) + ")"
+
+
 def analyse(ctx: Context) -> Section:
     folder = ctx.folder(NAME)
     runs = {m: [ctx.runner.run_one(s) for s in cov_specs(ctx, m)] for m in METHODS}
@@ -86,8 +104,13 @@ def analyse(ctx: Context) -> Section:
     md += "\n\n" + markdown_table(
         ["β", "latency COV", f"simulated time of {rounds} rounds (s)", "min share / δ",
          "max Λ(T) / T"], brow)
+    spread = float(np.mean([coalition_speed_spread(r) for r in runs["fedfair"]]))
+    means = {m: float(np.mean(v)) for m, v in cov.items()}
     md += (f"\n\nSchedule-only runs: {rounds} global rounds, τ_c = 5, τ_e = 12, "
-           f"{len(ctx.seeds())} seed(s) for the COV rows; β sweep with seed 0.")
+           f"{len(ctx.seeds())} seed(s) for the COV rows; β sweep with seed 0. "
+           f"Slowest / fastest coalition (mean task latency, FedFair runs): ×{spread:.2f}. "
+           f"The paper's ordering (FedCure and FedGreedy below FedFair and Fair): "
+           f"{cov_ordering(means)}.")
     figures = [
         bar_chart(cov, folder / "latency_cov.png", ylabel="COV of per-round latency",
                   title=f"{ctx.name}: latency COV by method ({rounds} rounds)"),
@@ -99,7 +122,8 @@ def analyse(ctx: Context) -> Section:
                   title=f"{ctx.name}: FedCure's virtual queues for several β"),
     ]
     data = {
-        "latency_cov": cov, "interarrival_cov": icov,
+        "latency_cov": cov, "interarrival_cov": icov, "coalition_speed_spread": spread,
+        "cov_ordering": cov_ordering(means),
         "balance": {m: [balance(r) for r in rs] for m, rs in runs.items()},
         "beta": {f"{b:g}": {"latency_cov": r["latency_cov"],
                             "simulated_seconds": r["simulated_seconds"],

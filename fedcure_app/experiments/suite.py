@@ -76,7 +76,7 @@ def parse_experiments(value: str) -> list[str]:
 
 def run_dataset(name: str, experiments: list[str], *, data_dir: str | None, budget: str,
                 seeds: int | None, out: Path, progress: Any = None, fresh: bool = False,
-                workers: int | None = 1) -> DatasetOutcome:
+                workers: int | None = 1, side_seeds: int | None = None) -> DatasetOutcome:
     """Every experiment in ``experiments`` on dataset ``name`` (skipped if its files are
     missing); ``workers``: processes training each run's clients (None: one per core)."""
     outcome = DatasetOutcome(name)
@@ -87,7 +87,7 @@ def run_dataset(name: str, experiments: list[str], *, data_dir: str | None, budg
         outcome.skipped = str(err)
         log.warning("skipping %s: %s", name, err)
         return outcome
-    b = get_budget(budget, name, seeds)
+    b = get_budget(budget, name, seeds, side_seeds)
     outcome.budget = b
     runner = Runner(dataset, out / name / "runs", progress=progress, fresh=fresh,
                     workers=workers)

@@ -32,7 +32,7 @@ from fedcure_app.core.coalition import FormationResult
 from fedcure_app.core.divergence import average_pairwise_jsd, coalition_label_counts
 from fedcure_app.data import Dataset, load_dataset
 from fedcure_app.data.partition import Partition
-from fedcure_app.devices import PopulationArrays
+from fedcure_app.devices import PopulationArrays, access_caps
 from fedcure_app.federation import build_strategy, form, prior_latency
 from fedcure_app.models import build_model, get_weights, model_num_bytes, set_weights
 from fedcure_app.simulation.executors import (
@@ -96,6 +96,8 @@ def build_federation(cfg: FedCureConfig, dataset: Dataset | None = None) -> Fede
     assignment, formation = form(cfg, part.label_counts, part.initial_assignment)
     profiles = profiles_for(cfg)
     population = PopulationArrays.from_profiles(profiles[: fed.num_clients], dataset.name)
+    # each ES's access network caps its clients' links (docs/DESIGN.md, "Simulated devices")
+    population = population.with_link_caps(access_caps(assignment, cfg.devices.edge_access_mbps))
     torch.manual_seed(cfg.run.seed)
     model = build_model(dataset.name, dataset.num_classes)
     return Federation(

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from fedcure_app.devices import (
     PRESETS,
     PopulationArrays,
+    access_caps,
     client_round_seconds,
     coalition_seconds,
     compute_seconds,
@@ -105,3 +106,41 @@ def test_population_arrays_agree_with_the_scalar_model() -> None:
                                np.array(scalar)[idx], rtol=1e-12)
     assert len(arr) == 25
     assert np.all(arr.clamp(100.0) == arr.f_max_ghz)
+
+
+# ----------------------------------------------------------------------------- ES access caps
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(0, 9), min_size=1, max_size=30),
+    st.lists(st.floats(0.5, 500.0), min_size=1, max_size=6),
+)
+def test_access_caps_cap_each_client_at_its_es_networks_rate(es, caps) -> None:
+    pop = PopulationArrays.from_profiles(sample_population(len(es), seed=len(caps)), "mnist")
+    cap = access_caps(es, caps)
+    np.testing.assert_array_equal(cap, [caps[m % len(caps)] for m in es])
+    capped = pop.with_link_caps(cap)
+    np.testing.assert_array_equal(capped.uplink_mbps, np.minimum(pop.uplink_mbps, cap))
+    np.testing.assert_array_equal(capped.downlink_mbps, np.minimum(pop.downlink_mbps, cap))
+    # compute is untouched, and a capped link is never faster than the device's own radio
+    np.testing.assert_array_equal(capped.cycles_per_sample, pop.cycles_per_sample)
+    assert np.all(capped.round_seconds(160, 250_000, pop.f_max_ghz)
+                  >= pop.round_seconds(160, 250_000, pop.f_max_ghz))
+
+
+def test_no_access_caps_leave_the_links_as_the_devices_have_them() -> None:
+    pop = PopulationArrays.from_profiles(sample_population(7, seed=1), "digits")
+    cap = access_caps([0, 1, 2, 0, 1, 2, 0], [])
+    assert np.all(np.isinf(cap))
+    np.testing.assert_array_equal(pop.with_link_caps(cap).uplink_mbps, pop.uplink_mbps)
+
+
+def test_access_caps_refuse_bad_input() -> None:
+    pop = PopulationArrays.from_profiles(sample_population(3, seed=1), "digits")
+    with pytest.raises(ValueError, match="one cap per client"):
+        pop.with_link_caps(np.ones(2))
+    with pytest.raises(ValueError, match="> 0"):
+        pop.with_link_caps(np.array([1.0, 0.0, 1.0]))
+    with pytest.raises(ValueError, match="caps_mbps"):
+        access_caps([0, 1], [10.0, -1.0])

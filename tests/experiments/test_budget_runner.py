@@ -64,3 +64,21 @@ def test_runner_caches_on_disk_and_schedule_only_keeps_the_schedule(digits, tmp_
     assert second.simulated == 0 and second.cached_hits == 1
     assert again["final_accuracy"] == a["final_accuracy"]
     assert Runner(digits, tmp_path, fresh=True).run_one(trained)["label"] == "t"
+
+
+def test_side_seeds_cut_the_clustering_and_rh_seeds_only():
+    from fedcure_app.experiments.budget import get_budget
+
+    b = get_budget("paper", "mnist", seeds=3, side_seeds=1)
+    assert (b.seeds, b.side_seeds, b.rounds, b.tau_e) == (3, 1, 100, 12)
+    assert get_budget("paper", "mnist", seeds=3).side_seeds == 3
+    with pytest.raises(ValueError, match="between 1 and the Table 1 seeds"):
+        get_budget("paper", "mnist", seeds=3, side_seeds=4)
+
+
+def test_experiment_cli_refuses_more_side_seeds_than_seeds(capsys):
+    from fedcure_app.cli import main
+
+    assert main(["experiment", "table1", "--budget", "tiny", "--seeds", "2",
+                 "--side-seeds", "3"]) == 2
+    assert "--side-seeds must be between 1" in capsys.readouterr().err

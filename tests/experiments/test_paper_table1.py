@@ -4,6 +4,7 @@ made-up :class:`DatasetOutcome`s; no simulation runs."""
 
 from __future__ import annotations
 
+import pytest
 from fedcure_app.experiments.base import Section
 from fedcure_app.experiments.paper import PAPER_FIG3_RATIO, PAPER_TABLE1
 from fedcure_app.experiments.report import _paper_section, _table1_combined, ordering_line
@@ -91,3 +92,20 @@ def test_paper_section_cites_table1_and_skips_datasets_without_table1():
     assert "96.37 ± 0.05" in md and "arXiv:2511.10227, Table 1" in md
     assert "SVHN (paper)" not in md
     assert _table1_combined([DatasetOutcome("mnist")]) == "_Table 1 was not run._"
+
+
+def test_cov_ordering_names_every_pair_that_breaks_the_papers_fig4a_order():
+    from fedcure_app.experiments.efficiency import cov_ordering
+
+    good = {"greedy": 0.09, "fedgreedy": 0.13, "fedcure": 0.1, "fedfair": 0.27, "fair": 0.26}
+    assert cov_ordering(good) == "holds"
+    bad = {**good, "fedcure": 0.28}
+    assert cov_ordering(bad) == "does not hold (FedCure ≥ FedFair, FedCure ≥ Fair)"
+
+
+def test_coalition_speed_spread_is_slowest_over_fastest_mean_task_latency():
+    from fedcure_app.experiments.efficiency import coalition_speed_spread
+
+    recs = [{"coalition": 0, "latency_s": 1.0}, {"coalition": 1, "latency_s": 3.0},
+            {"coalition": 0, "latency_s": 3.0}, {"coalition": 1, "latency_s": 5.0}]
+    assert coalition_speed_spread({"records": recs}) == pytest.approx(2.0)

@@ -61,6 +61,14 @@ def test_overrides_method_then_formation_and_scheduler(flwr_table):
                                   "max-concurrent": 2, "mix": "rpi4, laptop"})
     assert (cfg.method.formation, cfg.method.scheduler) == ("fedcure", "random")
     assert cfg.concurrency == 2 and cfg.devices.mix == ["rpi4", "laptop"]
+    assert cfg.devices.edge_access_mbps == [100.0, 50.0, 20.0, 10.0, 5.0]
+    assert config_from_run_config({**table, "edge-access-mbps": "40, 2.5"}
+                                  ).devices.edge_access_mbps == [40.0, 2.5]
+    assert config_from_run_config({**table, "edge-access-mbps": ""}).devices.edge_access_mbps == []
+    with pytest.raises(ConfigError, match="edge-access-mbps"):
+        config_from_run_config({**table, "edge-access-mbps": "fast"})
+    with pytest.raises(ConfigError):
+        config_from_run_config({**table, "edge-access-mbps": "10,0"})
     assert simulation_config(table).run.executor == "flower"
 
 

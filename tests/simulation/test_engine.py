@@ -73,6 +73,23 @@ def test_greedy_scheduler_favours_the_fastest_coalition(digits):
     assert len(est) == 20
 
 
+def test_each_es_access_network_makes_the_coalitions_differ_in_speed(digits):
+    """The default population: coalitions of the same device mix differ in speed by their
+    ES's access network (docs/DESIGN.md, 'Simulated devices and networks'); without caps the
+    slowest preset in nearly every coalition makes them alike."""
+    from fedcure_app.simulation.engine import build_federation
+
+    flat = {"num-clients": 50, "num-edges": 5, "tau-c": 5, "tau-e": 12}
+    capped = build_federation(tiny(**flat), digits)
+    plain = build_federation(tiny(**flat, **{"edge-access-mbps": []}), digits)
+    spread = lambda fed: fed.prior_latency().max() / fed.prior_latency().min()  # noqa: E731
+    assert spread(capped) > 1.5 > 1.2 > spread(plain)
+    # the ES with the slowest access network (5 Mbit/s: coalition 4) is the slowest coalition
+    assert int(np.argmax(capped.prior_latency())) == 4
+    np.testing.assert_array_equal(capped.population.cycles_per_sample,
+                                  plain.population.cycles_per_sample)
+
+
 def test_simulate_cli_writes_json_and_plots(tmp_path):
     out = tmp_path / "run"
     rc = main(["simulate", "--dataset", "digits", "--clients", "6", "--edges", "2",
