@@ -14,6 +14,8 @@ Reference workload (issues "The SAFL simulation" and 13): MNIST, 50 clients, 5 E
   loop, same model, batch, learning rate and partition, and ``flwr.serverapp.strategy.FedAvg``
   sampling 10 of the 50 clients per round, τ_c·τ_e = 60 local steps each, as many rounds as the
   engine ran coalition tasks), run on virtual SuperNodes with one ClientApp actor per core.
+  ``--stock-aggregation edge-round`` makes it aggregate as often as the edges do: τ_e times as
+  many rounds of τ_c = 5 local steps each (the same steps, the hierarchy's schedule flattened).
   Its time is the ServerApp's ``strategy.start`` alone (Ray start-up excluded, which favours
   Flower); ``--no-flower`` leaves it out.
 
@@ -160,6 +162,10 @@ def main() -> None:
     ap.add_argument("--no-hog", action="store_true", help="skip the row under a CPU hog")
     ap.add_argument("--no-flower", action="store_true", help="skip the Flower stock anchor")
     ap.add_argument("--bare", action="store_true", help="add the bare PyTorch loop row")
+    ap.add_argument("--stock-aggregation", choices=["task", "edge-round"], default="task",
+                    help="Flower stock's FedAvg rounds: one per coalition task (τ_c·τ_e steps "
+                    "per message, the fewest messages) or one per edge round (τ_c steps per "
+                    "message: the edge's aggregation schedule, flat)")
     args = ap.parse_args()
     threads = apply_thread_policy(where="bench/engine.py")
     cores = available_cores()
@@ -200,9 +206,15 @@ def main() -> None:
     stock = None
     if not args.no_flower:
         before = load()
-        stock = flower_stock(args.data_dir, ref["tasks"], cfg.method.tau_c * cfg.method.tau_e,
-                             args.clients, args.edges, cfg.method.lr)
-        add("Flower stock (strategy.start)", stock["seconds"], stock["local_steps"],
+        tau_c, tau_e = cfg.method.tau_c, cfg.method.tau_e
+        if args.stock_aggregation == "edge-round":  # a Flower round per edge round
+            stock = flower_stock(args.data_dir, ref["tasks"] * tau_e, tau_c, args.clients,
+                                 args.edges, cfg.method.lr)
+        else:  # a Flower round per coalition task, τ_c·τ_e steps per message
+            stock = flower_stock(args.data_dir, ref["tasks"], tau_c * tau_e, args.clients,
+                                 args.edges, cfg.method.lr)
+        add(f"Flower stock, aggregating every {args.stock_aggregation} (strategy.start)",
+            stock["seconds"], stock["local_steps"],
             f"load {before} -> {load()}; with Ray start-up {stock['wall_seconds']:.1f} s")
 
     accs = {r["accuracy"] for r in [*engine.values(), *([hogged] if hogged else [])]}

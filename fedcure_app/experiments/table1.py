@@ -34,6 +34,17 @@ def plan(ctx: Context) -> list[RunSpec]:
     return [s for m in METHODS for s in specs(ctx, m)]
 
 
+def late_gain(result: dict[str, Any], tail: float = 0.1) -> float:
+    """Accuracy gained (fraction) over the run's last ``tail`` of global rounds: the last
+    evaluation minus the last one at or before round (1 − tail)·rounds (0 if none)."""
+    evals = [(r["round"], r["accuracy"]) for r in result["records"] if r["accuracy"] is not None]
+    if not evals:
+        return 0.0
+    cut = (1.0 - tail) * result["rounds"]
+    before = [a for rnd, a in evals if rnd <= cut]
+    return float(evals[-1][1] - before[-1]) if before else 0.0
+
+
 def analyse(ctx: Context) -> Section:
     folder = ctx.folder(NAME)
     runs: dict[str, list[dict[str, Any]]] = {
@@ -72,5 +83,8 @@ def analyse(ctx: Context) -> Section:
         "formed_jsd": {m: [r["formed_jsd"] for r in rs] for m, rs in runs.items()},
         "latency_cov": {m: [r["latency_cov"] for r in rs] for m, rs in runs.items()},
         "simulated_seconds": {m: [r["simulated_seconds"] for r in rs] for m, rs in runs.items()},
+        "shares": {m: [r["participation"]["share"] for r in rs] for m, rs in runs.items()},
+        "late_gain": {m: [late_gain(r) for r in rs] for m, rs in runs.items()},
+        "max_concurrent": ctx.base().concurrency,
     }
     return Section(NAME, TITLE, ctx.name, md, figures, data)

@@ -109,3 +109,12 @@ def test_coalition_speed_spread_is_slowest_over_fastest_mean_task_latency():
     recs = [{"coalition": 0, "latency_s": 1.0}, {"coalition": 1, "latency_s": 3.0},
             {"coalition": 0, "latency_s": 3.0}, {"coalition": 1, "latency_s": 5.0}]
     assert coalition_speed_spread({"records": recs}) == pytest.approx(2.0)
+
+
+def test_late_gain_is_the_accuracy_won_over_the_last_tenth_of_the_rounds():
+    from fedcure_app.experiments.table1 import late_gain
+
+    recs = [{"round": r, "accuracy": a} for r, a in
+            [(1, None), (5, 0.5), (85, 0.80), (90, 0.85), (95, None), (100, 0.9)]]
+    assert late_gain({"rounds": 100, "records": recs}) == pytest.approx(0.05)
+    assert late_gain({"rounds": 100, "records": [{"round": 1, "accuracy": None}]}) == 0.0
