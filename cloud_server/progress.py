@@ -107,8 +107,11 @@ def describe(r: Report) -> str:
                  + (f"waiting for clients {list(r.waiting)}" if r.waiting
                     else "aggregating"))
     eta = eta_s(r.edge_round, r.tau_e, r.estimate_s, r.elapsed_s)
+    over = r.elapsed_s - r.estimate_s
+    # past T̂ the ETA is only the estimate's share for the rounds left: say the task is late
+    late = f", {over:.0f} s past it" if r.estimate_s > 0 and over >= 1.0 else ""
     return (f"coalition {r.coalition}: task {r.task_id} {where}, {r.elapsed_s:.0f} s in, "
-            f"ETA ~{eta:.0f} s (estimate T^ {r.estimate_s:.0f} s)")
+            f"ETA ~{eta:.0f} s (estimate T^ {r.estimate_s:.0f} s{late})")
 
 
 async def on_progress(service: Any, request: pb.ProgressRequest, context: Any

@@ -55,6 +55,14 @@ def test_the_board_logs_new_edge_rounds_and_repeats_itself_every_log_interval(ca
             "ETA ~23 s (estimate T^ 40 s)") in caplog.messages
 
 
+def test_a_task_past_its_estimate_says_by_how_much_in_the_log_line():
+    from cloud_server.progress import describe
+
+    line = describe(_report(0, 55.0))
+    assert line.endswith("55 s in, ETA ~30 s (estimate T^ 40 s, 15 s past it)"), line
+    assert "past it" not in describe(_report(0, 39.5))
+
+
 def test_the_reporter_sends_changes_at_once_and_heartbeats_while_unchanged():
     sent: list[pb.ProgressRequest] = []
     got = threading.Event()
