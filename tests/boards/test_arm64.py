@@ -9,9 +9,9 @@ tree's real ``/sys`` (no cpufreq under qemu-user: it falls back to emulation wit
 warning). The cloud records their reports (the energy of each task is recomputed from what the
 clients applied and measured).
 
-Opt-in (``FEDCURE_ARM64_TESTS=1``; ``.ci/run`` does not set it yet): needs root,
-qemu-user-static, debootstrap and the Debian mirror and PyPI (cold: ~0.4 GB downloaded, tens
-of minutes under emulation).
+Opt-in (``FEDCURE_ARM64_TESTS=1``, which ``.ci/run`` sets after running ``prepare.sh``): needs
+root, qemu-user-static, debootstrap and the Debian mirror and PyPI (cold: ~0.4 GB downloaded,
+about 10 minutes on an idle 2-core machine, much longer on a loaded one).
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ import pytest
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("FEDCURE_ARM64_TESTS") != "1",
-    reason="arm64 tests are opt-in: FEDCURE_ARM64_TESTS=1 (not enabled in .ci/run yet, see "
-           "README 'Real boards'; needs root, qemu-user-static, debootstrap, the Debian mirror "
-           "and PyPI)")
+    reason="arm64 tests are opt-in: FEDCURE_ARM64_TESTS=1 (.ci/run sets it; see README "
+           "'Real boards'; needs root, qemu-user-static, debootstrap, the Debian mirror and "
+           "PyPI)")
 
 REPO = Path(__file__).resolve().parents[2]
 PREPARE = REPO / "docker" / "arm64" / "prepare.sh"
