@@ -90,6 +90,11 @@ def final_accuracies(results: list[dict[str, Any]]) -> list[float]:
     return out
 
 
+def best_accuracies(results: list[dict[str, Any]]) -> list[float]:
+    """Best test accuracy (fraction) any evaluation of each result reached."""
+    return [float(r["best_accuracy"]) for r in results]
+
+
 def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     """A GitHub-flavoured Markdown table."""
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
@@ -97,4 +102,5 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["Context", "RunSpec", "Section", "final_accuracies", "markdown_table"]
+__all__ = ["Context", "RunSpec", "Section", "best_accuracies", "final_accuracies",
+           "markdown_table"]

@@ -11,6 +11,7 @@ from fedcure_app.experiments.base import (
     Context,
     RunSpec,
     Section,
+    best_accuracies,
     final_accuracies,
     markdown_table,
 )
@@ -67,7 +68,7 @@ def analyse(ctx: Context) -> Section:
         accuracy_curves({FORMATIONS[f]: rs for f, rs in runs.items()}, folder / "accuracy.png",
                         title=f"{ctx.name}: test accuracy by coalition formation"),
     ]
-    best = {f: [float(r["best_accuracy"]) for r in rs] for f, rs in runs.items()}
+    best = {f: best_accuracies(rs) for f, rs in runs.items()}
     ratio = fig3_ratio(best)
     md += (f" Fig. 3's measure, the best accuracy with FedCure's coalitions over the initial "
            f"ones: ×{ratio:.2f}.")

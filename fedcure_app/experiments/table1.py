@@ -9,6 +9,7 @@ from fedcure_app.experiments.base import (
     Context,
     RunSpec,
     Section,
+    best_accuracies,
     final_accuracies,
     markdown_table,
 )
@@ -51,7 +52,7 @@ def analyse(ctx: Context) -> Section:
         m: [ctx.runner.run_one(s) for s in specs(ctx, m)] for m in METHODS
     }
     acc = {m: final_accuracies(rs) for m, rs in runs.items()}
-    best = {m: [float(r["best_accuracy"]) for r in rs] for m, rs in runs.items()}
+    best = {m: best_accuracies(rs) for m, rs in runs.items()}
     stats = {m: mean_std(v) for m, v in acc.items()}
     n = len(ctx.seeds())
     d = cohens_d(acc["fedcure"], acc["fedfair"]) if n >= 2 else None
