@@ -118,3 +118,22 @@ def test_late_gain_is_the_accuracy_won_over_the_last_tenth_of_the_rounds():
             [(1, None), (5, 0.5), (85, 0.80), (90, 0.85), (95, None), (100, 0.9)]]
     assert late_gain({"rounds": 100, "records": recs}) == pytest.approx(0.05)
     assert late_gain({"rounds": 100, "records": [{"round": 1, "accuracy": None}]}) == 0.0
+
+
+def test_formed_gap_reason_compares_fedcures_margin_with_the_measured_seed_spread():
+    from fedcure_app.experiments.report import _formed_gap_reason
+
+    # FedCure 96.0 vs FedFair 96.0: margin 0, FedCure's std (1.41) is the largest of the three
+    text = _formed_gap_reason(PAPER_ORDER, margin=0.0)
+    assert "+25.0 points over the better of Greedy and Fair" in text
+    assert "is within the seed-to-seed spread (largest std among them 1.41 points, 2 seeds)" in text
+    assert "larger than" in _formed_gap_reason(PAPER_ORDER, margin=-2.0)
+    one_seed = {m: v[:1] for m, v in PAPER_ORDER.items()}
+    assert "no spread" in _formed_gap_reason(one_seed, margin=1.0)
+
+
+def test_differences_note_mentions_digits_only_when_digits_was_run():
+    from fedcure_app.experiments.report import _differences_note
+
+    assert "scikit-learn's 8×8 digits" not in _differences_note([outcome("mnist", PAPER_ORDER)])
+    assert "scikit-learn's 8×8 digits" in _differences_note([outcome("digits", PAPER_ORDER)])
