@@ -357,18 +357,18 @@ def _formed_gap_reason(final: dict[str, list[float]], margin: float) -> str:
     ``final`` maps method -> final accuracies (0–1) per seed; ``margin`` is FedCure's mean
     minus the best other method's mean, in points.
     """
-    mean = {m: 100 * float(np.mean(v)) for m, v in final.items()}
-    formed = [m for m in ("fedgreedy", "fedfair", "fedcure") if m in final]
-    plain = [m for m in ("greedy", "fair") if m in final]
+    stats = {m: mean_std(v) for m, v in final.items()}
+    formed = [m for m in FORMED if m in final]
+    plain = [m for m in PLAIN if m in final]
     seeds = min(len(final[m]) for m in formed)
     text = "The big step comes from formation"
     if plain:
-        step = mean["fedcure"] - max(mean[m] for m in plain)
+        step = 100 * (stats["fedcure"][0] - max(stats[m][0] for m in plain))
         text += f" ({step:+.1f} points over the better of Greedy and Fair)"
     text += "; among the three formed variants the scheduler decides the rest"
     if seeds < 2:
         return text + f", and with {seeds} seed there is no spread to compare the gap with."
-    spread = max(100 * float(np.std(final[m], ddof=1)) for m in formed)
+    spread = 100 * max(stats[m][1] for m in formed)
     within = "within" if abs(margin) <= spread else "larger than"
     return (text + f": the gap ({abs(margin):.2f} points) is {within} the seed-to-seed "
             f"spread (largest std among them {spread:.2f} points, {seeds} seeds).")
