@@ -250,9 +250,9 @@ class Runner:
     def needs_simulation(self, spec: RunSpec) -> bool:
         """Whether :meth:`run_one` would simulate ``spec`` (not cached, or lacking its
         ``needs``)."""
-        if spec.key in self.results:
-            return False
-        cached = self._load(spec)
+        cached = self.results.get(spec.key)
+        if cached is None:
+            cached = self._load(spec)
         return cached is None or (bool(spec.needs) and not holds(cached, spec.needs))
 
     def run_one(self, spec: RunSpec,
@@ -263,9 +263,11 @@ class Runner:
         from fedcure_app.simulation.engine import simulate
 
         key = spec.key
-        if key in self.results:
-            return self.results[key]
-        result = self._load(spec)
+        result = self.results.get(key)
+        if result is None:
+            result = self._load(spec)
+        elif not spec.needs or holds(result, spec.needs) or self.cache_only:
+            return result
         previous = None
         if (result is not None and spec.needs and not self.cache_only
                 and not holds(result, spec.needs)):
@@ -299,8 +301,11 @@ class Runner:
     def run_all(self, specs: Iterable[RunSpec]) -> dict[str, dict[str, Any]]:
         """Run every distinct spec (by key); returns key -> result for all of them."""
         unique: dict[str, RunSpec] = {}
-        for s in specs:
-            unique.setdefault(s.key, s)
+        for s in specs:  # one run per key, needing what any of its specs needs
+            first = unique.setdefault(s.key, s)
+            if s.needs and not set(s.needs) <= set(first.needs):
+                unique[s.key] = dataclasses.replace(
+                    first, needs=tuple(dict.fromkeys(first.needs + s.needs)))
         todo = list(unique.values())
         if self.cache_only:
             todo = [s for s in todo if self.peek(s) is not None]
@@ -314,11 +319,21 @@ class Runner:
             if prog is not None:
                 bar = prog.add_task(f"  {spec.label}", total=rounds, acc="-")
 
-            def on_round(row: dict[str, Any], bar=bar) -> None:
+            started = time.perf_counter()
+            every = max(1, rounds // 10)
+
+            live = prog is not None and not getattr(prog, "disable", False)
+
+            def on_round(row: dict[str, Any], bar=bar, label=spec.label, started=started,
+                         every=every, rounds=rounds, live=live) -> None:
+                acc = row.get("accuracy")
                 if prog is not None and bar is not None:
-                    acc = row.get("accuracy")
                     fields = {"acc": f"{100 * acc:.1f}%"} if acc is not None else {}
                     prog.update(bar, completed=row["round"], **fields)
+                if not live and row["round"] % every == 0:  # no live bar: a line per tenth
+                    log.info("%s: round %d/%d%s, %.0f s", label, row["round"], rounds,
+                             f", accuracy {100 * acc:.2f} %" if acc is not None else "",
+                             time.perf_counter() - started)
 
             self.run_one(spec, on_round)
             if prog is not None:

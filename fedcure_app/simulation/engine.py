@@ -255,6 +255,14 @@ class SimulationEngine:
         res = evaluate(self._eval_model, self._x_test, self._y_test)
         return float(res.accuracy), float(res.loss), [list(row) for row in res.confusion]
 
+    def _decision_inputs(self) -> dict[str, Any]:
+        """What the scheduler sees when it fills the free slots after an arrival (diagnostics:
+        read before :meth:`FedCureStrategy.dispatch`, changing nothing): the available
+        coalitions, every virtual queue Λ_m and every latency estimate T̂_m (s)."""
+        return {"candidates": self.strategy.available(),
+                "queues_before": self.strategy.scheduler.queues.values.tolist(),
+                "estimates_s": [float(v) for v in self.strategy.estimator.mean()]}
+
     # -------------------------------------------------------------- the loop
     def run(self, on_round: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
         """Run ``global_rounds`` arrivals; return the result dict (records + summary)."""
@@ -279,6 +287,7 @@ class SimulationEngine:
                 arrays=a.result.arrays, num_samples=a.result.num_samples,
                 latency_s=a.latency_s,
             ))
+            decision = self._decision_inputs()
             new = self.strategy.dispatch()
             for d in new:
                 self._launch(d, now, heap)
@@ -295,7 +304,7 @@ class SimulationEngine:
                 "dispatched": [d.coalition for d in new],
                 "frequencies_ghz": {str(c): f for c, f in a.dispatch.frequencies_ghz.items()},
                 "energy_j": a.energy_j, "accuracy": acc, "loss": loss,
-                "class_accuracy": per_class, "confusion": confusion, **diag,
+                "class_accuracy": per_class, "confusion": confusion, **diag, **decision,
             }
             records.append(row)
             if on_round is not None:
