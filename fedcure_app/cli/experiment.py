@@ -36,8 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dataset", default="digits",
                    help="dataset(s), comma-separated, or 'all' (digits + the paper's four; "
                    "missing ones are skipped); default digits")
-    p.add_argument("--data-dir", help="root holding the dataset files "
-                   "(e.g. ../shared/data, which holds mnist/raw)")
+    p.add_argument("--data-dir", help="root holding the dataset files (MNIST: its four IDX "
+                   "files in DATA_DIR/mnist/raw)")
     p.add_argument("--budget", choices=["tiny", "quick", "paper"], default="quick",
                    help="compute budget (default quick: minutes on a 2-core CPU)")
     p.add_argument("--seeds", type=int, help="seeds for Table 1 (overrides the budget's)")

@@ -216,6 +216,7 @@ def dip_analysis(formed: Mapping[str, Sequence[dict[str, Any]]], literal: dict[s
                                          ("after", after))},
         "classes": class_shift(literal, d),
         "lr": float(literal["config"]["method"]["lr"]),
+        "formed_jsd": literal.get("formed_jsd"),
     }
     return out
 
@@ -283,34 +284,59 @@ def _num(x: float | None) -> str:
 
 
 def dip_explanation(data: dict[str, Any]) -> str:
-    """What the measurements say caused the dip (a paragraph built from the numbers)."""
+    """What the measurements say about the dip (a paragraph built from the numbers: each claim
+    is made only where the numbers support it)."""
     lit = data["literal"]
     d, sch, classes = lit["dip"], lit["schedule"], lit["classes"]
-    fall = 100 * d["depth"]
+    runs = data["runs"]
+    text = [f"In the literal run the accuracy falls {100 * d['depth']:.1f} points between "
+            f"rounds {d['peak_round']} and {d['trough_round']}."]
+    rises = sum(r["loss_rises"] for r in runs)
+    if rises == 0:
+        text.append(f"In none of the {len(runs)} formed runs does the test loss rise while the "
+                    "accuracy falls: the model is not diverging; it keeps lowering its mean "
+                    "loss while fewer of its argmax predictions are right.")
+    b, du = sch["before"], sch["during"]
+    share_shift = max(abs(x - y) for x, y in zip(b["share"], du["share"]))
+    if (abs(du["staleness"] - b["staleness"]) < 0.5 and abs(du["xi"] - b["xi"]) < 0.01
+            and share_shift <= 0.1):
+        text.append(f"What reaches the cloud does not change when the fall starts: mean "
+                    f"staleness {b['staleness']:.2f} before and {du['staleness']:.2f} during, "
+                    f"mean ξ {b['xi']:.3f} and {du['xi']:.3f}, each coalition's share of the "
+                    f"arrivals within {share_shift:.2f} of its earlier one, and the learning "
+                    f"rate is constant ({lit['lr']:g}; no schedule).")
+    else:
+        text.append(f"The schedule shifts with the fall: mean staleness {b['staleness']:.2f} → "
+                    f"{du['staleness']:.2f}, mean ξ {b['xi']:.3f} → {du['xi']:.3f}, coalition "
+                    f"shares move by up to {share_shift:.2f}.")
+    jsd = lit.get("formed_jsd")
+    if jsd is not None and jsd < 0.01:
+        text.append(f"After formation the coalitions' label mixes are the same (JSD {jsd:.4f} "
+                    "nats), so which coalition arrives cannot tilt the model toward some "
+                    "classes.")
+    dist = lit["edge_distance"]
+    if dist["before"] and dist["during"]:
+        ratio = dist["during"] / dist["before"]
+        text.append(f"The arriving edge models sit {dist['during']:.3f} (L2) from the global "
+                    f"model during the fall against {dist['before']:.3f} before (×{ratio:.2f}); "
+                    "the clients' training loss in a task's first edge round goes from "
+                    f"{_num(lit['train_loss_first']['before'])} to "
+                    f"{_num(lit['train_loss_first']['during'])}.")
     drops = sorted(classes, key=lambda c: c["recall_trough"] - c["recall_peak"])
     lost = sum(max(0.0, c["recall_peak"] - c["recall_trough"]) for c in classes)
     top = [c for c in drops if c["recall_peak"] - c["recall_trough"] > 0.02][:3]
-    text = [f"The fall is {fall:.1f} points of accuracy."]
-    stal_change = sch["during"]["staleness"] - sch["before"]["staleness"]
-    xi_change = sch["during"]["xi"] - sch["before"]["xi"]
-    text.append(f"The schedule does not change when it starts: mean staleness "
-                f"{sch['before']['staleness']:.2f} before and {sch['during']['staleness']:.2f} "
-                f"during ({stal_change:+.2f}), mean ξ {sch['before']['xi']:.3f} and "
-                f"{sch['during']['xi']:.3f} ({xi_change:+.3f}); every coalition holds every "
-                "class after formation, so no coalition's labels can pull the model away; the "
-                f"learning rate is constant ({lit['lr']:g}, no schedule).")
-    if top:
+    if top and lost > 0:
+        share = sum(c["recall_peak"] - c["recall_trough"] for c in top) / lost
         names = ", ".join(f"{c['class']} ({100 * (c['recall_peak'] - c['recall_trough']):.1f} "
                           f"points, mostly to {c['lost_to']})" for c in top)
-        share = sum(c["recall_peak"] - c["recall_trough"] for c in top) / max(lost, 1e-12)
-        text.append(f"The loss is concentrated in a few classes: {names}; they carry "
-                    f"{100 * share:.0f} % of the summed per-class recall lost.")
+        text.append(f"The lost accuracy is {'concentrated' if share >= 0.6 else 'spread'}: "
+                    f"classes {names} carry {100 * share:.0f} % of the summed per-class "
+                    "recall lost.")
     gained = [c for c in classes if c["predicted_trough"] - c["predicted_peak"] > 0.01]
     if gained:
-        text.append("The model assigns more test samples to "
-                    + ", ".join(f"{c['class']} ({_pct(c['predicted_peak'])} → "
-                                f"{_pct(c['predicted_trough'])} %)" for c in gained)
-                    + " at the trough than at the peak.")
+        text.append("At the trough the model assigns more of the test set to "
+                    + ", ".join(f"class {c['class']} ({_pct(c['predicted_peak'])} → "
+                                f"{_pct(c['predicted_trough'])} %)" for c in gained) + ".")
     return " ".join(text)
 
 

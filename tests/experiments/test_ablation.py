@@ -206,3 +206,30 @@ def test_a_reading_within_a_point_of_the_paper_reruns_table1s_formed_methods(
     assert "Table 1's formed methods at a second reading" in s["markdown"]
     assert "Within 1 point of the paper's 1.00 %" in s["markdown"]
     capsys.readouterr()
+
+
+def _dip_data(staleness_during=2.0, jsd=0.0, loss_rises=0):
+    sched = {"arrivals": 10, "staleness": 2.0, "xi": 0.18, "share": [0.5, 0.5]}
+    classes = [
+        {"class": 0, "recall_peak": 0.9, "recall_trough": 0.9, "predicted_peak": 0.45,
+         "predicted_trough": 0.60, "lost_to": 1},
+        {"class": 1, "recall_peak": 0.8, "recall_trough": 0.5, "predicted_peak": 0.55,
+         "predicted_trough": 0.40, "lost_to": 0},
+    ]
+    return {"runs": [{"loss_rises": loss_rises, "steps": 2}], "literal": {
+        "dip": {"peak_round": 25, "trough_round": 35, "depth": 0.05},
+        "schedule": {"before": sched, "during": {**sched, "staleness": staleness_during},
+                     "after": sched},
+        "edge_distance": {"before": 1.0, "during": 1.1, "after": 1.0},
+        "train_loss_first": {"before": 0.5, "during": 0.4, "after": 0.3},
+        "classes": classes, "lr": 0.01, "formed_jsd": jsd}}
+
+
+def test_the_dip_explanation_claims_only_what_the_numbers_show():
+    calm = ablation.dip_explanation(_dip_data())
+    assert "does not change when the fall starts" in calm and "JSD 0.0000" in calm
+    assert "not diverging" in calm and "classes 1 (30.0 points, mostly to 0)" in calm
+    assert "class 0 (45.00 → 60.00 %)" in calm
+    moved = ablation.dip_explanation(_dip_data(staleness_during=3.0, jsd=0.2, loss_rises=1))
+    assert "schedule shifts" in moved and "does not change" not in moved
+    assert "JSD" not in moved and "not diverging" not in moved
