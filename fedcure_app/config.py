@@ -11,7 +11,8 @@ Symbols follow the paper and ``DESIGN.md``:
 - κ (``kappa``): virtual-queue scale, δ_m = κ·|D_m|/|D|.
 - α (``alpha``), γ (``gamma``), ς (``varsigma``): utility α(1 − c_n/(f·T̂)) − γ f^ς of the
   CPU-frequency rule (Theorem 2).
-- τ_c (``tau_c``) local steps per edge round, τ_e (``tau_e``) edge rounds per global round.
+- τ_c (``tau_c``) local steps per edge round (local epochs with ``tau_c_unit = "epochs"``),
+  τ_e (``tau_e``) edge rounds per global round.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ PartitionName = Literal["edge-noniid", "dirichlet", "iid", "shards"]
 DatasetName = Literal["digits", "mnist", "cifar10", "svhn", "cinic10"]
 ExecutorName = Literal["inprocess", "flower"]
 MethodName = Literal["fedcure", "fedfair", "fedgreedy", "fair", "greedy"]
+TauCUnit = Literal["steps", "epochs"]
 
 #: The paper's five methods as (formation rule, scheduler) presets.
 METHOD_PRESETS: dict[str, tuple[str, str]] = {
@@ -67,10 +69,18 @@ class MethodConfig(_Section):
     alpha: float = Field(1.0, gt=0.0, description="α, utility weight of finishing fast")
     gamma: float = Field(0.05, gt=0.0, description="γ, energy price per GHz^ς")
     varsigma: float = Field(2.0, gt=0.0, description="ς, exponent of the energy term")
-    tau_c: int = Field(5, ge=1, le=100_000, description="τ_c, local steps per edge round")
+    tau_c: int = Field(5, ge=1, le=100_000, description="τ_c, local steps per edge round "
+                       "(local epochs with tau-c-unit = epochs)")
+    tau_c_unit: TauCUnit = Field(
+        "steps", description="what τ_c counts: steps (mini-batches of batch-size samples) or "
+        "epochs (⌈|D_n|/batch-size⌉ mini-batches each, so a client's work grows with its data; "
+        "docs/DESIGN.md, 'τ_c counts mini-batch steps')")
     tau_e: int = Field(12, ge=1, le=100_000, description="τ_e, edge rounds per global round")
     lr: float = Field(0.01, gt=0.0, le=10.0, description="client learning rate")
     batch_size: int = Field(32, ge=1, le=65_536, description="client mini-batch size")
+    momentum: float = Field(
+        0.0, ge=0.0, lt=1.0, description="SGD momentum of local training; the optimiser (and "
+        "its momentum buffer) starts fresh in every edge round")
     max_concurrent: int | None = Field(
         None, ge=1, description="K, coalitions training at once; None means ⌈M/2⌉"
     )

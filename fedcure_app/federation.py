@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from fedcure_app.config import FedCureConfig
+from fedcure_app.config import ConfigError, FedCureConfig
 from fedcure_app.core.coalition import FormationResult, cluster_coalitions, form_coalitions
 from fedcure_app.devices import PopulationArrays
 from fedcure_app.strategy import FedCureStrategy
@@ -42,10 +42,25 @@ def coalitions_of(assignment: np.ndarray, num_edges: int) -> list[list[int]]:
     return [np.flatnonzero(a == e).tolist() for e in range(num_edges)]
 
 
+def samples_per_round(cfg: FedCureConfig, client_samples: np.ndarray) -> np.ndarray:
+    """Samples each client trains on in one edge round, the work its c_n counts (docs/DESIGN.md,
+    "Latency model"): τ_c · batch size when τ_c counts mini-batch steps (the same for every
+    client), τ_c · |D_n| when it counts local epochs (every sample once per epoch, the last
+    mini-batch possibly short). ``client_samples``: |D_n| per client."""
+    n = np.asarray(client_samples, dtype=np.int64)
+    m = cfg.method
+    if m.tau_c_unit == "epochs":
+        return m.tau_c * n
+    return np.full(n.shape, m.tau_c * m.batch_size, dtype=np.int64)
+
+
 def prior_latency(population: PopulationArrays, coalitions: Sequence[Sequence[int]],
-                  samples_per_round: int, model_bytes: int, tau_e: int,
+                  samples_per_round: int | np.ndarray, model_bytes: int, tau_e: int,
                   edge_link_mbps: float) -> np.ndarray:
     """Device-profile prediction of each coalition's task latency at f_max, no jitter (s).
+
+    ``samples_per_round``: one count for every client or one per client
+    (:func:`samples_per_round`).
 
     τ_e edge rounds, each as slow as the coalition's slowest client (compute c_n/f_n and the
     client↔edge model transfers), plus the model down and up the edge↔cloud link
@@ -56,21 +71,37 @@ def prior_latency(population: PopulationArrays, coalitions: Sequence[Sequence[in
     return np.array([tau_e * per_client[list(c)].max() + link for c in coalitions])
 
 
+def simulation_only_knobs(cfg: FedCureConfig) -> list[str]:
+    """The configuration keys set away from their defaults that only the in-process simulation
+    honours (a Flower ClientApp or a deployed client trains τ_c plain-SGD steps): ``momentum``,
+    ``tau-c-unit``."""
+    out = []
+    if cfg.method.momentum != 0.0:
+        out.append("momentum")
+    if cfg.method.tau_c_unit != "steps":
+        out.append("tau-c-unit")
+    return out
+
+
 def build_strategy(cfg: FedCureConfig, coalitions: list[list[int]], client_samples: np.ndarray,
                    population: PopulationArrays, prior_latency_s: np.ndarray,
                    initial_arrays: list[np.ndarray], *, deployed: bool) -> FedCureStrategy:
     """The :class:`FedCureStrategy` of a formed federation.
 
     ``client_samples``: |D_n| per client; cycles per edge round from the profiles at
-    τ_c · batch size samples; frequency bounds [f_min, f_max] GHz; ``deployed`` chooses whether
-    the estimator calibrates its prior (``devices.calibrates``).
+    :func:`samples_per_round` samples; frequency bounds [f_min, f_max] GHz; ``deployed`` chooses
+    whether the estimator calibrates its prior (``devices.calibrates``) and refuses the
+    simulation-only knobs (:func:`simulation_only_knobs`).
     """
-    spr = cfg.method.tau_c * cfg.method.batch_size
+    if deployed and simulation_only_knobs(cfg):
+        raise ConfigError(
+            f"{', '.join(simulation_only_knobs(cfg))}: simulation only (a deployed task carries "
+            "τ_c mini-batch steps, lr and batch size; plain SGD); leave at the default")
     return FedCureStrategy(
         cfg.method,
         coalitions,
         client_samples,
-        population.cycles(spr),
+        population.cycles(samples_per_round(cfg, client_samples)),
         np.stack([population.f_min_ghz, population.f_max_ghz], axis=1),
         prior_latency_s,
         initial_arrays,
@@ -80,4 +111,5 @@ def build_strategy(cfg: FedCureConfig, coalitions: list[list[int]], client_sampl
     )
 
 
-__all__ = ["build_strategy", "coalitions_of", "form", "prior_latency"]
+__all__ = ["build_strategy", "coalitions_of", "form", "prior_latency", "samples_per_round",
+           "simulation_only_knobs"]

@@ -32,7 +32,12 @@ class ClientReport:
 
 @dataclass(frozen=True)
 class EdgeTask:
-    """One coalition's global task (see module docstring)."""
+    """One coalition's global task (see module docstring).
+
+    ``tau_c_unit``: ``steps`` (τ_c mini-batches per client and edge round) or ``epochs`` (τ_c
+    passes over each client's data); ``momentum``: SGD momentum of local training. Both are
+    simulation knobs: the deployed task message carries neither (their defaults there).
+    """
 
     task_id: str
     coalition: int
@@ -45,6 +50,28 @@ class EdgeTask:
     lr: float
     batch_size: int
     seed: int
+    momentum: float = 0.0
+    tau_c_unit: str = "steps"
+
+    def local_amount(self) -> dict[str, int]:
+        """How much each client trains per edge round, as :func:`fedcure_app.training.
+        train_local`'s keyword: ``{"steps": τ_c}`` or ``{"epochs": τ_c}``."""
+        if self.tau_c_unit == "epochs":
+            return {"epochs": self.tau_c}
+        if self.tau_c_unit != "steps":
+            raise ValueError(f"tau_c_unit must be steps or epochs, got {self.tau_c_unit!r}")
+        return {"steps": self.tau_c}
+
+    @property
+    def simulation_only(self) -> list[str]:
+        """The knobs of this task set away from what a deployed client can run (hyphenated
+        configuration keys); empty when a Flower ClientApp can train it."""
+        out = []
+        if self.momentum != 0.0:
+            out.append("momentum")
+        if self.tau_c_unit != "steps":
+            out.append("tau-c-unit")
+        return out
 
 
 @dataclass

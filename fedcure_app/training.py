@@ -54,6 +54,34 @@ class EvalResult:
     accuracy: float
     samples: int
     seconds: float
+    #: accuracy on each class's samples (recall), class by class; NaN for a class absent from y
+    class_accuracy: tuple[float, ...] = ()
+    #: confusion counts: ``confusion[true][predicted]`` samples
+    confusion: tuple[tuple[int, ...], ...] = ()
+
+
+#: ``--device`` choices: ``auto`` is CUDA when torch sees a GPU, else the CPU.
+DEVICES: tuple[str, ...] = ("cpu", "cuda", "auto")
+
+
+def resolve_device(name: str) -> torch.device:
+    """The torch device for ``--device name`` (cpu, cuda, auto).
+
+    ``cuda`` without a usable GPU raises :class:`ValueError` in one line (what the CLI shows);
+    ``auto`` falls back to the CPU.
+    """
+    name = str(name).lower()
+    if name not in DEVICES:
+        raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {name!r}")
+    if name == "cpu":
+        return torch.device("cpu")
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if name == "auto":
+        return torch.device("cpu")
+    build = "a CPU-only torch build" if torch.version.cuda is None else "no GPU visible"
+    raise ValueError(f"--device cuda: CUDA is not available ({build}, torch "
+                     f"{torch.__version__}); use --device cpu or auto")
 
 
 def configure_threads(n: int | None = None) -> int:
@@ -206,31 +234,63 @@ def evaluate(model: nn.Module, x: ArrayLike, y: ArrayLike, *, batch_size: int = 
     yt = _labels(y, device)
     n = _check_pair(xt, yt)
     t0 = time.perf_counter()
-    losses, correct = evaluate_batches(model, xt, yt, 0, n, batch_size=batch_size)
+    part = evaluate_batches(model, xt, yt, 0, n, batch_size=batch_size)
     total_loss = 0.0
-    for value in losses:
+    for value in part.losses:
         total_loss += value
     seconds = time.perf_counter() - t0
-    return EvalResult(loss=total_loss / n, accuracy=correct / n, samples=n, seconds=seconds)
+    return EvalResult(loss=total_loss / n, accuracy=part.correct / n, samples=n, seconds=seconds,
+                      class_accuracy=class_accuracy(part.confusion),
+                      confusion=tuple(tuple(int(v) for v in row) for row in part.confusion))
+
+
+@dataclass(frozen=True)
+class EvalBatches:
+    """What :func:`evaluate_batches` found in its share of the samples: the summed cross-entropy
+    (nats) of each batch, how many were classified correctly, and the confusion counts
+    ``confusion[true][predicted]`` (classes × classes, the model's number of outputs)."""
+
+    losses: list[float]
+    correct: int
+    confusion: np.ndarray
+
+
+def class_accuracy(confusion: np.ndarray) -> tuple[float, ...]:
+    """Accuracy per true class (recall) from confusion counts ``[true][predicted]``: the
+    diagonal over each row's sum; NaN for a class with no sample."""
+    c = np.asarray(confusion, dtype=np.float64)
+    if c.size == 0:
+        return ()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = np.diag(c) / c.sum(axis=1)
+    return tuple(float(v) for v in out)
 
 
 def evaluate_batches(model: nn.Module, x: torch.Tensor, y: torch.Tensor, start: int, stop: int,
-                     *, batch_size: int = 256) -> tuple[list[float], int]:
-    """Summed cross-entropy (nats) of each batch of ``batch_size`` samples in [start, stop) and
-    the number classified correctly: the part of :func:`evaluate` that can be split across
-    processes (``start`` a multiple of ``batch_size``; summing the losses in order gives
-    :func:`evaluate`'s result bit for bit). ``x``/``y`` are tensors on the model's device."""
+                     *, batch_size: int = 256) -> EvalBatches:
+    """Summed cross-entropy (nats) of each batch of ``batch_size`` samples in [start, stop), the
+    number classified correctly and the confusion counts: the part of :func:`evaluate` that
+    can be split across processes (``start`` a multiple of ``batch_size``; summing the losses in
+    order gives :func:`evaluate`'s result bit for bit). ``x``/``y`` are tensors on the model's
+    device."""
     was_training = model.training
     model.eval()
     losses: list[float] = []
     correct = 0
+    confusion: torch.Tensor | None = None
     try:
         with torch.inference_mode():
             for b in range(start, stop, batch_size):
                 logits = model(x[b : min(b + batch_size, stop)])
                 yb = y[b : min(b + batch_size, stop)]
                 losses.append(F.cross_entropy(logits, yb, reduction="sum").item())
-                correct += int((logits.argmax(dim=1) == yb).sum().item())
+                pred = logits.argmax(dim=1)
+                correct += int((pred == yb).sum().item())
+                k = logits.shape[1]
+                counts = torch.bincount(yb * k + pred, minlength=k * k)[: k * k].reshape(k, k)
+                confusion = counts if confusion is None else confusion + counts
     finally:
         model.train(was_training)
-    return losses, correct
+    if confusion is None:
+        return EvalBatches(losses, correct, np.zeros((0, 0), dtype=np.int64))
+    return EvalBatches(losses, correct, confusion.cpu().numpy().astype(np.int64))

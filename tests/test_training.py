@@ -209,3 +209,35 @@ def test_threads_configured_lazily_once(monkeypatch: pytest.MonkeyPatch) -> None
     x, y = _toy()
     train_local(_model(), x, y, steps=1, lr=0.05)
     assert training._threads_configured == torch.get_num_threads()
+
+
+def test_evaluate_counts_confusion_and_per_class_accuracy() -> None:
+    y = torch.tensor([0, 0, 1, 1, 1, 2])
+    pred = torch.tensor([0, 1, 1, 1, 2, 2])  # class 0: 1 of 2, class 1: 2 of 3, class 2: 1 of 1
+    logits = 5.0 * F.one_hot(pred, 4).float()
+    res = evaluate(_Logits(), logits, y, batch_size=4)
+    assert res.confusion == ((1, 1, 0, 0), (0, 2, 1, 0), (0, 0, 1, 0), (0, 0, 0, 0))
+    assert res.class_accuracy[:3] == pytest.approx((0.5, 2 / 3, 1.0))
+    assert math.isnan(res.class_accuracy[3])  # no sample of class 3
+    assert res.accuracy == pytest.approx(4 / 6)
+
+
+def test_confusion_is_the_same_however_the_batches_are_cut() -> None:
+    x, y = _toy(n=100)
+    model = _model()
+    a = evaluate(model, x, y, batch_size=1024)
+    b = evaluate(model, x, y, batch_size=9)
+    assert a.confusion == b.confusion
+    assert sum(map(sum, a.confusion)) == 100
+    assert sum(a.confusion[c][c] for c in range(len(a.confusion))) == round(a.accuracy * 100)
+
+
+def test_resolve_device_cpu_auto_and_a_missing_gpu() -> None:
+    assert training.resolve_device("cpu") == torch.device("cpu")
+    want = "cuda" if torch.cuda.is_available() else "cpu"
+    assert training.resolve_device("auto").type == want
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="--device cuda: CUDA is not available"):
+            training.resolve_device("cuda")
+    with pytest.raises(ValueError, match="device must be one of"):
+        training.resolve_device("tpu")

@@ -1,9 +1,12 @@
 """``fedcure experiment NAME``: the paper's table, figures and supplement, with a report.
 
 ``NAME`` is ``formation`` (Fig. 2), ``clustering`` (Fig. 3), ``table1`` (Table 1), ``efficiency``
-(Fig. 4), ``rh`` (supplement) or ``all`` (every one, then ``report.md``). Figures are PNG files
-under ``--out/<dataset>/<experiment>/``; finished runs are cached under ``--out/<dataset>/runs``
-so an interrupted command resumes (``--fresh`` recomputes).
+(Fig. 4), ``rh`` (supplement), ``all`` (every one of those, then ``report.md``) or ``ablation``
+(FedCure with one knob changed at a time, and the dip of the formed methods; its own
+``report.md`` under ``--out/<dataset>/ablation/``, and a section of the main report once
+``all`` is run again). Figures are PNG files under ``--out/<dataset>/<experiment>/``; finished
+runs are cached under ``--out/<dataset>/runs`` so an interrupted command resumes (``--fresh``
+recomputes, ``--cache-only`` simulates nothing).
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ log = logging.getLogger(__name__)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from fedcure_app.experiments import NAMES
+    from fedcure_app.cli.simulate import add_device_option
+    from fedcure_app.experiments import EXTRA_NAMES, NAMES
 
     p = sub.add_parser(
         "experiment",
@@ -26,12 +30,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Run one of the paper's experiments (or all of them) on one or more "
         "datasets and write PNG figures, summary.json files and, for 'all', report.md.",
     )
-    p.add_argument("name", choices=[*NAMES, "all"], help="which experiment")
+    p.add_argument("name", choices=[*NAMES, "all", *EXTRA_NAMES],
+                   help="which experiment ('all': the paper's five and the report; "
+                   "'ablation': one knob at a time, run by name only)")
     p.add_argument("--dataset", default="digits",
                    help="dataset(s), comma-separated, or 'all' (digits + the paper's four; "
                    "missing ones are skipped); default digits")
-    p.add_argument("--data-dir", help="root holding the dataset files "
-                   "(e.g. ../shared/data, which holds mnist/raw)")
+    p.add_argument("--data-dir", help="root holding the dataset files (MNIST: its four IDX "
+                   "files in DATA_DIR/mnist/raw)")
     p.add_argument("--budget", choices=["tiny", "quick", "paper"], default="quick",
                    help="compute budget (default quick: minutes on a 2-core CPU)")
     p.add_argument("--seeds", type=int, help="seeds for Table 1 (overrides the budget's)")
@@ -44,7 +50,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=int,
                    help="worker processes training a run's clients in parallel (default: "
                    "number of cores; results do not depend on it)")
+    add_device_option(p)
     p.add_argument("--fresh", action="store_true", help="ignore cached runs in --out")
+    p.add_argument("--cache-only", action="store_true",
+                   help="simulate nothing: analyse the runs already cached in --out (missing "
+                   "ablation variants are listed as not run yet; other experiments need all "
+                   "theirs)")
     p.add_argument("--no-progress", action="store_true", help="no live progress bars")
     p.set_defaults(func=run)
 
@@ -55,11 +66,15 @@ def run(args: argparse.Namespace) -> int:
 
     from fedcure_app.experiments.report import write_report
     from fedcure_app.experiments.suite import parse_datasets, parse_experiments, run_dataset
+    from fedcure_app.cli.simulate import checked_device
     from fedcure_app.simulation.executors import resolve_workers
     from fedcure_app.training import configure_threads
 
     if args.threads is not None and args.threads < 1:
         raise ValueError(f"--threads must be >= 1, got {args.threads}")
+    if args.fresh and args.cache_only:
+        raise ValueError("--fresh and --cache-only exclude each other")
+    device = checked_device(args.device)
     configure_threads(args.threads)  # the thread policy (fedcure_app.threads), logged once
     workers = resolve_workers(args.workers)
     datasets = parse_datasets(args.dataset)
@@ -78,7 +93,8 @@ def run(args: argparse.Namespace) -> int:
         for name in datasets:
             o = run_dataset(name, experiments, data_dir=args.data_dir, budget=args.budget,
                             seeds=args.seeds, out=out, progress=progress, fresh=args.fresh,
-                            workers=workers, side_seeds=args.side_seeds)
+                            workers=workers, side_seeds=args.side_seeds, device=device,
+                            cache_only=args.cache_only)
             outcomes.append(o)
             if o.skipped:
                 progress.console.print(f"[yellow]{name}: skipped[/] — {o.skipped}")
@@ -132,11 +148,12 @@ def _check_inputs(args: argparse.Namespace, datasets: list[str], out: Path) -> N
 
 
 def _command(args: argparse.Namespace) -> str:
-    """The command line that reproduces this run (for the report)."""
+    """The command line that reproduces this run (for the report); a data folder is written
+    ``DIR`` (where the files lie differs from machine to machine)."""
     parts = ["fedcure", "experiment", args.name, "--dataset", args.dataset,
              "--budget", args.budget, "--out", args.out]
     if args.data_dir:
-        parts += ["--data-dir", args.data_dir]
+        parts += ["--data-dir", "DIR"]
     if args.seeds is not None:
         parts += ["--seeds", str(args.seeds)]
     if args.side_seeds is not None:

@@ -37,6 +37,10 @@ _OPTIONS: dict[str, str] = {
     "formation": "formation",
     "scheduler": "scheduler",
     "lr": "lr",
+    "batch_size": "batch-size",
+    "momentum": "momentum",
+    "tau_c_unit": "tau-c-unit",
+    "ell": "ell",
 }
 
 
@@ -61,13 +65,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--partition", choices=["edge-noniid", "dirichlet", "iid", "shards"])
     p.add_argument("--executor", choices=["inprocess", "flower"])
     p.add_argument("--eval-every", type=int)
-    p.add_argument("--tau-c", type=int, help="local steps per edge round")
+    p.add_argument("--tau-c", type=int,
+                   help="local steps per edge round (epochs with --tau-c-unit epochs)")
+    p.add_argument("--tau-c-unit", choices=["steps", "epochs"],
+                   help="what --tau-c counts: mini-batch steps, or local epochs "
+                   "(⌈|D_n|/batch size⌉ steps per client; in-process executor only)")
     p.add_argument("--tau-e", type=int, help="edge rounds per global round")
     p.add_argument("--max-concurrent", type=int, help="K, coalitions training at once")
     p.add_argument("--beta", type=float, help="β of the scheduling rule")
     p.add_argument("--seed", type=int)
     p.add_argument("--out", default="results/simulate", help="folder for JSON and plots")
     p.add_argument("--lr", type=float, help="client learning rate")
+    p.add_argument("--batch-size", type=int, help="client mini-batch size")
+    p.add_argument("--momentum", type=float,
+                   help="SGD momentum of local training, fresh every edge round "
+                   "(in-process executor only)")
+    p.add_argument("--ell", type=float, help="ℓ, the cloud's base mixing weight (ξ = ℓ·k^φ)")
+    add_device_option(p)
     p.add_argument("--workers", type=int,
                    help="worker processes training a coalition's clients in parallel "
                    "(default: number of cores; 1 = in this process; same results either way)")
@@ -77,6 +91,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-progress", action="store_true", help="no live progress bar")
     config_defaults_help(p, _OPTIONS)
     p.set_defaults(func=run)
+
+
+def add_device_option(p: argparse.ArgumentParser) -> None:
+    """``--device {cpu,cuda,auto}`` (shared by ``simulate`` and ``experiment``)."""
+    from fedcure_app.training import DEVICES
+
+    p.add_argument("--device", choices=list(DEVICES), default="cpu",
+                   help="where clients train and the global model is evaluated; auto: a CUDA "
+                   "GPU when torch sees one, else the CPU (results are not bit-identical "
+                   "across devices)")
+
+
+def checked_device(name: str):
+    """The torch device of ``--device name``; :class:`UsageError` (one line) when CUDA is asked
+    for and unavailable."""
+    from fedcure_app.cli.errors import UsageError
+    from fedcure_app.training import resolve_device
+
+    try:
+        return resolve_device(name)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
 
 
 def options_config(args: argparse.Namespace, options: dict[str, str],
@@ -93,6 +129,21 @@ def options_config(args: argparse.Namespace, options: dict[str, str],
 def config_from_args(args: argparse.Namespace) -> FedCureConfig:
     """The configuration: file (if any), then the method preset, then the explicit options."""
     return options_config(args, _OPTIONS)
+
+
+def _check_flower_knobs(cfg: FedCureConfig, args: argparse.Namespace) -> None:
+    """:class:`UsageError` when ``--executor flower`` meets a knob its ClientApps ignore."""
+    from fedcure_app.cli.errors import UsageError
+    from fedcure_app.federation import simulation_only_knobs
+
+    bad = simulation_only_knobs(cfg)
+    if bad:
+        raise UsageError(f"{', '.join('--' + k for k in bad)}: not supported with --executor "
+                         "flower (its ClientApps train τ_c plain-SGD steps); use --executor "
+                         "inprocess")
+    if args.device != "cpu":
+        raise UsageError("--device: the flower executor trains in its ClientApps on the CPU; "
+                         "use --executor inprocess")
 
 
 def _run_on_flower(cfg: FedCureConfig, out: Path) -> dict[str, Any]:
@@ -138,6 +189,9 @@ def run(args: argparse.Namespace) -> int:
     from fedcure_app.run_plots import write_run_plots
 
     cfg = config_from_args(args)
+    device = checked_device(args.device)
+    if cfg.run.executor == "flower":
+        _check_flower_knobs(cfg, args)
     check_dataset(cfg.data.dataset, cfg.data.data_dir)
     check_out_dir(args.out)
     if args.json:
@@ -175,7 +229,7 @@ def run(args: argparse.Namespace) -> int:
                           "the ServerApp logs each round")
             result = _run_on_flower(cfg, out)
         else:
-            result = simulate(cfg, on_round=on_round, workers=workers)
+            result = simulate(cfg, on_round=on_round, workers=workers, device=device)
     paths = [out / "result.json"]
     text = json.dumps(result, indent=1)
     paths[0].write_text(text)

@@ -41,13 +41,14 @@ class Context:
         return list(range(self.budget.side_seeds if side else self.budget.seeds))
 
     def spec(self, label: str, method: str = "fedcure", *, seed: int = 0,
-             schedule_only: bool = False, **flat: Any) -> RunSpec:
-        """A run of ``method`` (a paper preset) with extra flat overrides applied after it."""
+             schedule_only: bool = False, needs: tuple[str, ...] = (), **flat: Any) -> RunSpec:
+        """A run of ``method`` (a paper preset) with extra flat overrides applied after it;
+        ``needs``: record fields the result must hold (:class:`RunSpec`)."""
         cfg = apply_flat(self.base(), {"method": method})
         cfg = apply_flat(cfg, {"seed": seed, **flat})
         samples = None if schedule_only else self.budget.eval_samples
         return RunSpec(label=f"{label} (seed {seed})", cfg=cfg, eval_samples=samples,
-                       schedule_only=schedule_only)
+                       schedule_only=schedule_only, needs=needs)
 
     def folder(self, experiment: str) -> Path:
         """``out_dir/experiment``, created."""

@@ -45,6 +45,8 @@ class Budget:
     #: Global rounds of the schedule-only efficiency runs, and the β values compared there.
     schedule_rounds: int = 200
     betas: tuple[float, ...] = (0.0, 0.5, 2.0, 10.0, 100.0)
+    #: κ values of FedCure's schedule-only κ sweep (δ_m = κ·|D_m|/|D|), every Table 1 seed.
+    kappas: tuple[float, ...] = (1.0, 0.9, 0.75, 0.5, 0.25)
 
     def overrides(self) -> dict[str, Any]:
         """Flat configuration overrides (see :func:`fedcure_app.config.apply_flat`)."""
@@ -57,6 +59,7 @@ class Budget:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["betas"] = list(self.betas)
+        d["kappas"] = list(self.kappas)
         return d
 
 
@@ -70,7 +73,7 @@ def get_budget(name: str, dataset: str, seeds: int | None = None,
     if name == "tiny":
         b = Budget("tiny", rounds=4, tau_c=1, tau_e=1, lr=0.05, eval_every=2, seeds=2,
                    side_seeds=1, eval_samples=200, clients=12, edges=3,
-                   schedule_rounds=30, betas=(0.0, 2.0))
+                   schedule_rounds=30, betas=(0.0, 2.0), kappas=(1.0, 0.5))
     elif name == "quick":
         if small:
             b = Budget("quick", rounds=50, tau_c=5, tau_e=2, lr=0.05, eval_every=5, seeds=3,

@@ -41,11 +41,15 @@ def bar_chart(values: Mapping[str, Sequence[float]], path: Path, *, ylabel: str,
 
 
 def accuracy_curves(runs: Mapping[str, Sequence[dict[str, Any]]], path: Path, *,
-                    title: str) -> Path:
+                    title: str, reference: tuple[float, str] | None = None,
+                    size: tuple[float, float] = (6.2, 4.0)) -> Path:
     """Test accuracy (%) against the global round: per key, the mean over its runs (and a band
-    from the min to the max when there are several)."""
-    fig = Figure(figsize=(6.2, 4.0), layout="constrained")
+    from the min to the max when there are several); ``reference``: (accuracy in %, label) drawn
+    as a dashed horizontal line (a published number)."""
+    fig = Figure(figsize=size, layout="constrained")
     ax = fig.subplots()
+    if reference is not None:
+        ax.axhline(reference[0], color="black", ls="--", lw=1.0, label=reference[1])
     for i, (name, results) in enumerate(runs.items()):
         series = []
         for r in results:

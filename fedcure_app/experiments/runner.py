@@ -36,28 +36,104 @@ log = logging.getLogger(__name__)
 #: Bump when the stored result format or its meaning changes (invalidates the cache).
 CACHE_VERSION = 1
 
+#: Every configuration field (section → field names) the schema had at cache version 1. These
+#: always enter a run's key, as they did then; a field added since enters it only when set away
+#: from its default (:func:`key_config`), so adding a knob keeps every cached run's key, and
+#: setting it gives a new one. Never edit this: a new field is new by not being listed here.
+V1_FIELDS: dict[str, frozenset[str]] = {
+    "method": frozenset({"ell", "k", "beta", "kappa", "alpha", "gamma", "varsigma", "tau_c",
+                         "tau_e", "lr", "batch_size", "max_concurrent", "formation",
+                         "scheduler"}),
+    "federation": frozenset({"num_clients", "num_edges", "num_classes"}),
+    "data": frozenset({"dataset", "data_dir", "partition", "dirichlet_alpha",
+                       "shards_per_client", "classes_per_edge"}),
+    "run": frozenset({"global_rounds", "eval_every", "seed", "executor"}),
+    "devices": frozenset({"mix", "profiles_file", "edge_link_mbps", "edge_access_mbps",
+                          "calibrate_prior"}),
+    "reliability": frozenset({"norm_factor", "norm_window", "norm_min_history",
+                              "deadline_quantile", "deadline_slack", "deadline_min_s",
+                              "first_deadline_s", "late_staleness_bound"}),
+}
+
+#: Fields that never change a run's result (where the files are, how the work is spread over
+#: processes or devices): left out of the key whatever their value. A new field of that kind
+#: belongs here.
+RESULT_NEUTRAL: frozenset[tuple[str, str]] = frozenset({("data", "data_dir")})
+
+
+def key_config(cfg: FedCureConfig) -> dict[str, dict[str, Any]]:
+    """The part of ``cfg`` a cached result depends on, as the cache key hashes it: every
+    :data:`V1_FIELDS` field, and each newer field only where it differs from its default;
+    :data:`RESULT_NEUTRAL` fields never."""
+    dump = cfg.model_dump(mode="json")
+    defaults = FedCureConfig().model_dump(mode="json")
+    out: dict[str, dict[str, Any]] = {}
+    for section, fields in dump.items():
+        v1 = V1_FIELDS.get(section, frozenset())
+        for name, value in fields.items():
+            if (section, name) in RESULT_NEUTRAL:
+                continue
+            if name in v1 or value != defaults.get(section, {}).get(name):
+                out.setdefault(section, {})[name] = value
+    for section in V1_FIELDS:  # a v1 section is in the key even if all of it were neutral
+        out.setdefault(section, {})
+    return out
+
 
 @dataclass(frozen=True)
 class RunSpec:
     """One simulation an experiment needs.
 
     ``eval_samples``: test samples evaluated (seeded subset; None = all);
-    ``schedule_only``: no training (see module docstring).
+    ``schedule_only``: no training (see module docstring); ``needs``: record fields the result
+    must hold (diagnostics newer than a cached result, e.g. ``class_accuracy``): a cached
+    result without them is simulated again, with the same key, and checked against the cached
+    one (:meth:`Runner.run_one`). ``needs`` is not part of the key: it adds no result.
     """
 
     label: str
     cfg: FedCureConfig
     eval_samples: int | None = None
     schedule_only: bool = False
+    needs: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
-        """Content hash of what the result depends on (the data directory excluded)."""
-        cfg = self.cfg.model_dump(mode="json")
-        cfg["data"].pop("data_dir", None)
-        blob = json.dumps({"v": CACHE_VERSION, "cfg": cfg, "eval": self.eval_samples,
-                           "schedule_only": self.schedule_only}, sort_keys=True)
+        """Content hash of what the result depends on (:func:`key_config`: the data directory
+        and other result-neutral fields excluded, fields newer than cache version 1 only where
+        set away from their defaults)."""
+        blob = json.dumps({"v": CACHE_VERSION, "cfg": key_config(self.cfg),
+                           "eval": self.eval_samples, "schedule_only": self.schedule_only},
+                          sort_keys=True)
         return hashlib.blake2b(blob.encode(), digest_size=10).hexdigest()
+
+
+class MissingRun(ValueError):
+    """A run the caller asked for is not in the cache and the runner may not simulate it."""
+
+
+def holds(result: dict[str, Any], fields: Iterable[str]) -> bool:
+    """Whether every record of ``result`` has every field of ``fields``."""
+    fields = tuple(fields)
+    return all(f in rec for rec in result.get("records", []) for f in fields)
+
+
+def rerun_check(cached: dict[str, Any], fresh: dict[str, Any]) -> dict[str, Any]:
+    """How a re-simulated run compares with the cached result it replaces: whether every
+    evaluation's accuracy and loss and every arrival's schedule (coalition, staleness, time)
+    are the same, and the largest accuracy difference (fraction)."""
+    old, new = cached.get("records", []), fresh.get("records", [])
+    same_schedule = len(old) == len(new) and all(
+        (a["coalition"], a["staleness"], a["time_s"]) == (b["coalition"], b["staleness"],
+                                                        b["time_s"]) for a, b in zip(old, new))
+    diffs = [abs(a["accuracy"] - b["accuracy"]) for a, b in zip(old, new)
+             if a.get("accuracy") is not None and b.get("accuracy") is not None]
+    same_eval = len(old) == len(new) and all(
+        (a.get("accuracy"), a.get("loss")) == (b.get("accuracy"), b.get("loss"))
+        for a, b in zip(old, new))
+    return {"identical": bool(same_schedule and same_eval), "same_schedule": same_schedule,
+            "max_accuracy_difference": max(diffs) if diffs else None,
+            "cached_wall_seconds": cached.get("wall_seconds")}
 
 
 class ScheduleOnlyExecutor:
@@ -98,7 +174,7 @@ def _schedule_only(spec: RunSpec, dataset: Dataset,
     for key in ("initial_accuracy", "final_accuracy", "best_accuracy"):
         result[key] = None
     for row in result["records"]:
-        row["accuracy"] = row["loss"] = None
+        row["accuracy"] = row["loss"] = row["class_accuracy"] = row["confusion"] = None
     result["schedule_only"] = True
     return result
 
@@ -108,16 +184,22 @@ class Runner:
 
     ``progress``: a ``rich.progress.Progress`` to show runs and rounds on (or None);
     ``fresh``: ignore (and overwrite) cached results; ``workers``: processes training a run's
-    clients (None: one per core; results do not depend on it, so it is not in the cache key).
+    clients (None: one per core; results do not depend on it, so it is not in the cache key);
+    ``device``: where they train (likewise); ``cache_only``: never simulate — a run missing
+    from the cache raises :class:`MissingRun` in :meth:`run_one` and is left out by
+    :meth:`run_all` (a cached run lacking a spec's ``needs`` is used as it is).
     """
 
     def __init__(self, dataset: Dataset, cache_dir: Path | None = None, *,
-                 progress: Any = None, fresh: bool = False, workers: int | None = 1) -> None:
+                 progress: Any = None, fresh: bool = False, workers: int | None = 1,
+                 device: Any = "cpu", cache_only: bool = False) -> None:
         self.dataset = dataset
         self.cache_dir = cache_dir
         self.progress = progress
         self.fresh = fresh
         self.workers = workers
+        self.device = device
+        self.cache_only = cache_only
         self.results: dict[str, dict[str, Any]] = {}
         self.cached_hits = 0
         self.simulated = 0
@@ -153,27 +235,65 @@ class Runner:
             self._views[samples] = eval_view(self.dataset, samples)
         return self._views[samples]
 
-    def run_one(self, spec: RunSpec,
-                on_round: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
-        """The result of ``spec``: from memory, the cache, or a fresh simulation."""
-        from fedcure_app.simulation.engine import simulate
-
+    def peek(self, spec: RunSpec) -> dict[str, Any] | None:
+        """The result of ``spec`` if it is in memory or in the cache, else None (never
+        simulates)."""
         key = spec.key
         if key in self.results:
             return self.results[key]
         result = self._load(spec)
         if result is not None:
             self.cached_hits += 1
+            self.results[key] = result
+        return result
+
+    def needs_simulation(self, spec: RunSpec) -> bool:
+        """Whether :meth:`run_one` would simulate ``spec`` (not cached, or lacking its
+        ``needs``)."""
+        cached = self.results.get(spec.key)
+        if cached is None:
+            cached = self._load(spec)
+        return cached is None or (bool(spec.needs) and not holds(cached, spec.needs))
+
+    def run_one(self, spec: RunSpec,
+                on_round: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+        """The result of ``spec``: from memory, the cache, or a fresh simulation (also when the
+        cached one lacks a field of ``spec.needs``: the fresh result replaces it, with a
+        ``rerun_check`` against it)."""
+        from fedcure_app.simulation.engine import simulate
+
+        key = spec.key
+        result = self.results.get(key)
+        if result is None:
+            result = self._load(spec)
+        elif not spec.needs or holds(result, spec.needs) or self.cache_only:
+            return result
+        previous = None
+        if (result is not None and spec.needs and not self.cache_only
+                and not holds(result, spec.needs)):
+            log.info("%s: cached without %s; simulating it again", spec.label,
+                     ", ".join(spec.needs))
+            previous, result = result, None
+        if result is not None:
+            self.cached_hits += 1
+        elif self.cache_only:
+            raise MissingRun(f"run {spec.label!r} is not in the cache"
+                             f"{f' ({self.cache_dir})' if self.cache_dir else ''}")
         else:
             t0 = time.perf_counter()
             if spec.schedule_only:
                 result = _schedule_only(spec, self.dataset, on_round)
             else:
                 result = simulate(spec.cfg, dataset=self._view(spec.eval_samples),
-                                  on_round=on_round, workers=self.workers)
+                                  on_round=on_round, workers=self.workers, device=self.device)
             self.wall_seconds += time.perf_counter() - t0
             self.simulated += 1
-            result["label"] = spec.label
+            result["label"] = previous.get("label", spec.label) if previous else spec.label
+            if previous is not None:
+                result["rerun_check"] = rerun_check(previous, result)
+                if not result["rerun_check"]["identical"]:
+                    log.warning("%s: the new simulation differs from the cached one: %s",
+                                spec.label, result["rerun_check"])
             self._store(spec, result)
         self.results[key] = result
         return result
@@ -181,9 +301,14 @@ class Runner:
     def run_all(self, specs: Iterable[RunSpec]) -> dict[str, dict[str, Any]]:
         """Run every distinct spec (by key); returns key -> result for all of them."""
         unique: dict[str, RunSpec] = {}
-        for s in specs:
-            unique.setdefault(s.key, s)
+        for s in specs:  # one run per key, needing what any of its specs needs
+            first = unique.setdefault(s.key, s)
+            if s.needs and not set(s.needs) <= set(first.needs):
+                unique[s.key] = dataclasses.replace(
+                    first, needs=tuple(dict.fromkeys(first.needs + s.needs)))
         todo = list(unique.values())
+        if self.cache_only:
+            todo = [s for s in todo if self.peek(s) is not None]
         prog = self.progress
         overall = None
         if prog is not None and todo:
@@ -194,11 +319,21 @@ class Runner:
             if prog is not None:
                 bar = prog.add_task(f"  {spec.label}", total=rounds, acc="-")
 
-            def on_round(row: dict[str, Any], bar=bar) -> None:
+            started = time.perf_counter()
+            every = max(1, rounds // 10)
+
+            live = prog is not None and not getattr(prog, "disable", False)
+
+            def on_round(row: dict[str, Any], bar=bar, label=spec.label, started=started,
+                         every=every, rounds=rounds, live=live) -> None:
+                acc = row.get("accuracy")
                 if prog is not None and bar is not None:
-                    acc = row.get("accuracy")
                     fields = {"acc": f"{100 * acc:.1f}%"} if acc is not None else {}
                     prog.update(bar, completed=row["round"], **fields)
+                if not live and row["round"] % every == 0:  # no live bar: a line per tenth
+                    log.info("%s: round %d/%d%s, %.0f s", label, row["round"], rounds,
+                             f", accuracy {100 * acc:.2f} %" if acc is not None else "",
+                             time.perf_counter() - started)
 
             self.run_one(spec, on_round)
             if prog is not None:
@@ -208,7 +343,8 @@ class Runner:
                     prog.advance(overall)
         if prog is not None and overall is not None:
             prog.remove_task(overall)
-        return {k: self.results[k] for k in unique}
+        return {k: self.results[k] for k in unique if k in self.results}
 
 
-__all__ = ["RunSpec", "Runner", "ScheduleOnlyExecutor", "eval_view"]
+__all__ = ["CACHE_VERSION", "RESULT_NEUTRAL", "V1_FIELDS", "MissingRun", "RunSpec", "Runner",
+           "ScheduleOnlyExecutor", "eval_view", "holds", "key_config", "rerun_check"]

@@ -15,21 +15,22 @@ from types import ModuleType
 from typing import Any
 
 from fedcure_app.data import DATASETS, DatasetError, load_dataset
-from fedcure_app.experiments import clustering, efficiency, formation, rh, table1
+from fedcure_app.experiments import NAMES, ablation, clustering, efficiency, formation, rh, table1
 from fedcure_app.experiments.base import Context, Section
 from fedcure_app.experiments.budget import Budget, get_budget
 from fedcure_app.experiments.runner import Runner
 
 log = logging.getLogger(__name__)
 
-#: Experiment name -> module, in the order ``all`` runs them (Table 1 first: the clustering and
-#: RH experiments reuse its FedCure runs).
+#: Experiment name -> module, in the order they run (Table 1 first: the clustering, RH and
+#: ablation experiments reuse its FedCure runs). ``all`` runs the paper's (:data:`NAMES`).
 EXPERIMENTS: dict[str, ModuleType] = {
     "table1": table1, "clustering": clustering, "rh": rh, "efficiency": efficiency,
-    "formation": formation,
+    "formation": formation, "ablation": ablation,
 }
-#: The order sections appear in the report (the paper's).
-REPORT_ORDER: tuple[str, ...] = ("formation", "clustering", "table1", "efficiency", "rh")
+#: The order sections appear in the report (the paper's, then ours).
+REPORT_ORDER: tuple[str, ...] = ("formation", "clustering", "table1", "efficiency", "rh",
+                                 "ablation")
 #: ``--dataset all``: the offline default, then the paper's four datasets.
 ALL_DATASETS: tuple[str, ...] = ("digits", "mnist", "cifar10", "svhn", "cinic10")
 
@@ -70,15 +71,19 @@ def parse_datasets(value: str) -> list[str]:
 
 
 def parse_experiments(value: str) -> list[str]:
-    names = parse_names(value, tuple(EXPERIMENTS), "experiment", tuple(EXPERIMENTS))
+    names = parse_names(value, tuple(EXPERIMENTS), "experiment", NAMES)
     return [n for n in EXPERIMENTS if n in names]
 
 
 def run_dataset(name: str, experiments: list[str], *, data_dir: str | None, budget: str,
                 seeds: int | None, out: Path, progress: Any = None, fresh: bool = False,
-                workers: int | None = 1, side_seeds: int | None = None) -> DatasetOutcome:
+                workers: int | None = 1, side_seeds: int | None = None, device: Any = "cpu",
+                cache_only: bool = False) -> DatasetOutcome:
     """Every experiment in ``experiments`` on dataset ``name`` (skipped if its files are
-    missing); ``workers``: processes training each run's clients (None: one per core)."""
+    missing); ``workers``: processes training each run's clients (None: one per core);
+    ``device``: where they train; ``cache_only``: simulate nothing (see
+    :class:`~fedcure_app.experiments.runner.Runner`). An ablation written earlier for the same
+    budget joins the outcome (read from its ``summary.json``) when it is not run now."""
     outcome = DatasetOutcome(name)
     t0 = time.perf_counter()
     try:
@@ -90,7 +95,7 @@ def run_dataset(name: str, experiments: list[str], *, data_dir: str | None, budg
     b = get_budget(budget, name, seeds, side_seeds)
     outcome.budget = b
     runner = Runner(dataset, out / name / "runs", progress=progress, fresh=fresh,
-                    workers=workers)
+                    workers=workers, device=device, cache_only=cache_only)
     ctx = Context(dataset=dataset, data_dir=data_dir, budget=b, out_dir=out / name,
                   runner=runner)
     outcome.config = ctx.base().model_dump(mode="json", by_alias=True)
@@ -105,6 +110,10 @@ def run_dataset(name: str, experiments: list[str], *, data_dir: str | None, budg
         section.save(ctx.folder(exp))
         outcome.sections[exp] = section
         log.info("%s/%s done in %.1f s", name, exp, section.wall_seconds)
+    if "ablation" not in experiments:
+        earlier = earlier_section(ctx.out_dir / "ablation", b.name)
+        if earlier is not None:
+            outcome.sections["ablation"] = earlier
     outcome.wall_seconds = time.perf_counter() - t0
     outcome.runs_simulated = runner.simulated
     outcome.runs_cached = runner.cached_hits
@@ -113,7 +122,19 @@ def run_dataset(name: str, experiments: list[str], *, data_dir: str | None, budg
     return outcome
 
 
+def earlier_section(folder: Path, budget: str) -> Section | None:
+    """The section an earlier run of an experiment saved in ``folder`` (its ``summary.json``
+    and figures), if it ran at ``budget``; else None."""
+    summary = ablation.load_summary(folder)
+    if summary is None or summary.get("data", {}).get("budget") != budget:
+        return None
+    return Section(summary["experiment"], summary["title"], summary["dataset"],
+                   summary["markdown"], [folder / f for f in summary["figures"]],
+                   summary["data"], float(summary.get("wall_seconds", 0.0)))
+
+
 __all__ = [
-    "ALL_DATASETS", "DatasetOutcome", "EXPERIMENTS", "REPORT_ORDER", "parse_datasets",
+    "ALL_DATASETS", "DatasetOutcome", "EXPERIMENTS", "REPORT_ORDER", "earlier_section",
+    "parse_datasets",
     "parse_experiments", "run_dataset",
 ]

@@ -33,7 +33,7 @@ from fedcure_app.core.divergence import average_pairwise_jsd, coalition_label_co
 from fedcure_app.data import Dataset, load_dataset
 from fedcure_app.data.partition import Partition
 from fedcure_app.devices import PopulationArrays, access_caps
-from fedcure_app.federation import build_strategy, form, prior_latency
+from fedcure_app.federation import build_strategy, form, prior_latency, samples_per_round
 from fedcure_app.models import build_model, get_weights, model_num_bytes, set_weights
 from fedcure_app.simulation.executors import (
     ClientExecutor,
@@ -43,7 +43,7 @@ from fedcure_app.simulation.executors import (
 )
 from fedcure_app.strategy import Dispatch, EdgeUpdate
 from fedcure_app.tasks import EdgeResult, EdgeTask, derive_seed
-from fedcure_app.training import evaluate
+from fedcure_app.training import class_accuracy, evaluate
 
 log = logging.getLogger(__name__)
 
@@ -72,9 +72,10 @@ class Federation:
         return np.array([len(ix) for ix in self.partition.client_indices], dtype=np.int64)
 
     @property
-    def samples_per_round(self) -> int:
-        """Samples a client trains on in one edge round: τ_c · batch size."""
-        return self.cfg.method.tau_c * self.cfg.method.batch_size
+    def samples_per_round(self) -> np.ndarray:
+        """Samples each client trains on in one edge round (:func:`fedcure_app.federation.
+        samples_per_round`: τ_c · batch size, or τ_c · |D_n| when τ_c counts epochs)."""
+        return samples_per_round(self.cfg, self.client_samples)
 
     def client_cycles(self) -> np.ndarray:
         """CPU cycles per client per edge round."""
@@ -117,16 +118,47 @@ def client_tensors(federation: Federation) -> list[tuple[torch.Tensor, torch.Ten
                         for ix in federation.partition.client_indices)]
 
 
-def make_inprocess_executor(federation: Federation) -> InProcessExecutor:
-    """The sequential executor over the federation's client data (sliced once)."""
+def make_inprocess_executor(federation: Federation, *,
+                            device: torch.device | str = "cpu") -> InProcessExecutor:
+    """The sequential executor over the federation's client data (sliced once), training on
+    ``device``."""
     ds = federation.dataset
-    return InProcessExecutor(ds.name, ds.num_classes, client_tensors(federation))
+    return InProcessExecutor(ds.name, ds.num_classes, client_tensors(federation), device=device)
 
 
-def make_executor(federation: Federation, workers: int | None = None) -> ClientExecutor:
+def arrival_diagnostics(result: EdgeResult, global_arrays: list[np.ndarray]) -> dict[str, Any]:
+    """What a record keeps about one arriving edge model besides the schedule (diagnostics
+    only: nothing here feeds back into the run).
+
+    ``edge_distance``: L2 distance between the edge model and the global model it is about to
+    be mixed into (the cloud moves the global model ξ times this far); ``train_loss_first`` /
+    ``train_loss_last``: the clients' mean training loss (nats, mean of each client's mini-batch
+    losses) in the task's first and last edge round, None without client reports (schedule-only
+    runs)."""
+    sq = 0.0
+    for e, g in zip(result.arrays, global_arrays):
+        d = np.asarray(e, dtype=np.float64) - np.asarray(g, dtype=np.float64)
+        sq += float(np.dot(d.ravel(), d.ravel()))
+    out: dict[str, Any] = {"edge_distance": float(np.sqrt(sq)),
+                           "train_loss_first": None, "train_loss_last": None}
+    if result.reports:
+        rounds = [r.edge_round for r in result.reports]
+        for name, er in (("train_loss_first", min(rounds)), ("train_loss_last", max(rounds))):
+            losses = [r.loss for r in result.reports if r.edge_round == er]
+            out[name] = float(np.mean(losses))
+    return out
+
+
+def make_executor(federation: Federation, workers: int | None = None, *,
+                  device: torch.device | str = "cpu") -> ClientExecutor:
     """The executor for ``workers`` processes (None: one per core): sequential in this process
-    for 1, else a :class:`ParallelExecutor` (same results, less wall time)."""
+    for 1, else a :class:`ParallelExecutor` (same results, less wall time). On a GPU
+    (``device`` not the CPU) one process trains: forked workers cannot share a CUDA context."""
     n = resolve_workers(workers)
+    if torch.device(device).type != "cpu":
+        if n > 1:
+            log.info("training on %s in one process (worker processes are CPU-only)", device)
+        return make_inprocess_executor(federation, device=device)
     if n == 1:
         return make_inprocess_executor(federation)
     ds = federation.dataset
@@ -148,17 +180,21 @@ class _Arrival:
 class SimulationEngine:
     """Runs the semi-asynchronous hierarchy on a simulated clock with a client executor."""
 
-    def __init__(self, federation: Federation, executor: ClientExecutor) -> None:
+    def __init__(self, federation: Federation, executor: ClientExecutor, *,
+                 device: torch.device | str = "cpu") -> None:
         self.fed = federation
+        self.device = torch.device(device)
         self.cfg = federation.cfg
         self.executor = executor
         self.strategy = build_strategy(
             self.cfg, federation.coalitions, federation.client_samples, federation.population,
             federation.prior_latency(), federation.initial_arrays, deployed=False)
         self._clock_rng = np.random.default_rng(derive_seed(self.cfg.run.seed, "clock"))
-        self._eval_model = build_model(federation.dataset.name, federation.dataset.num_classes)
-        self._x_test = torch.from_numpy(federation.dataset.x_test)
-        self._y_test = torch.from_numpy(federation.dataset.y_test)
+        self._eval_model = build_model(federation.dataset.name,
+                                       federation.dataset.num_classes).to(self.device)
+        self._x_test = torch.from_numpy(federation.dataset.x_test).to(self.device)
+        self._y_test = torch.from_numpy(federation.dataset.y_test).to(self.device)
+        self._spr = federation.samples_per_round
         self._seq = 0
         submit = getattr(executor, "submit", None)
         workers = int(getattr(executor, "workers", 1))
@@ -174,7 +210,7 @@ class SimulationEngine:
         idx = np.asarray(d.clients)
         f = np.clip(np.array([d.frequencies_ghz[c] for c in d.clients]),
                     pop.f_min_ghz[idx], pop.f_max_ghz[idx])
-        spr = self.fed.samples_per_round
+        spr = self._spr[idx]
         total = 0.0
         for _ in range(self.cfg.method.tau_e):
             total += float(pop.round_seconds(spr, self.fed.model_bytes, f,
@@ -196,6 +232,8 @@ class SimulationEngine:
             lr=self.cfg.method.lr,
             batch_size=self.cfg.method.batch_size,
             seed=derive_seed(self.cfg.run.seed, d.round, d.coalition),
+            momentum=self.cfg.method.momentum,
+            tau_c_unit=self.cfg.method.tau_c_unit,
         )
         # whole tasks side by side where the executor can and enough coalitions train at once
         result: EdgeResult | Future[EdgeResult] = (
@@ -204,16 +242,26 @@ class SimulationEngine:
         self._seq += 1
         heapq.heappush(heap, _Arrival(now + latency, self._seq, d, result, latency, energy))
 
-    def _evaluate(self) -> tuple[float, float]:
+    def _evaluate(self) -> tuple[float, float, list[list[int]]]:
+        """(accuracy, mean loss in nats, confusion counts [true][predicted]) of the global
+        model on the test data."""
         # an executor with worker processes may evaluate there (same numbers, less wall time)
         split = getattr(self.executor, "evaluate_global", None)
         if split is not None:
             got = split(self.strategy.global_arrays)
             if got is not None:
-                return float(got[0]), float(got[1])
+                return float(got[0]), float(got[1]), np.asarray(got[2]).tolist()
         set_weights(self._eval_model, self.strategy.global_arrays)
         res = evaluate(self._eval_model, self._x_test, self._y_test)
-        return float(res.accuracy), float(res.loss)
+        return float(res.accuracy), float(res.loss), [list(row) for row in res.confusion]
+
+    def _decision_inputs(self) -> dict[str, Any]:
+        """What the scheduler sees when it fills the free slots after an arrival (diagnostics:
+        read before :meth:`FedCureStrategy.dispatch`, changing nothing): the available
+        coalitions, every virtual queue Λ_m and every latency estimate T̂_m (s)."""
+        return {"candidates": self.strategy.available(),
+                "queues_before": self.strategy.scheduler.queues.values.tolist(),
+                "estimates_s": [float(v) for v in self.strategy.estimator.mean()]}
 
     # -------------------------------------------------------------- the loop
     def run(self, on_round: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
@@ -225,7 +273,7 @@ class SimulationEngine:
         for d in self.strategy.dispatch():
             self._launch(d, now, heap)
         records: list[dict[str, Any]] = []
-        acc0, loss0 = self._evaluate()
+        acc0, _, _ = self._evaluate()
         for _ in range(cfg.run.global_rounds):
             if not heap:
                 raise RuntimeError("no coalition is training: nothing can arrive")
@@ -233,18 +281,21 @@ class SimulationEngine:
             now = a.time_s
             if isinstance(a.result, Future):
                 a.result = a.result.result()
+            diag = arrival_diagnostics(a.result, self.strategy.global_arrays)
             rec = self.strategy.on_arrival(EdgeUpdate(
                 coalition=a.dispatch.coalition, base_version=a.dispatch.version,
                 arrays=a.result.arrays, num_samples=a.result.num_samples,
                 latency_s=a.latency_s,
             ))
+            decision = self._decision_inputs()
             new = self.strategy.dispatch()
             for d in new:
                 self._launch(d, now, heap)
-            acc = loss = None
+            acc = loss = confusion = per_class = None
             last = rec.round == cfg.run.global_rounds
             if rec.round % cfg.run.eval_every == 0 or last:
-                acc, loss = self._evaluate()
+                acc, loss, confusion = self._evaluate()
+                per_class = list(class_accuracy(np.asarray(confusion)))
             row = {
                 "round": rec.round, "time_s": now, "coalition": rec.coalition,
                 "staleness": rec.staleness, "xi": rec.xi, "latency_s": rec.latency_s,
@@ -253,6 +304,7 @@ class SimulationEngine:
                 "dispatched": [d.coalition for d in new],
                 "frequencies_ghz": {str(c): f for c, f in a.dispatch.frequencies_ghz.items()},
                 "energy_j": a.energy_j, "accuracy": acc, "loss": loss,
+                "class_accuracy": per_class, "confusion": confusion, **diag, **decision,
             }
             records.append(row)
             if on_round is not None:
@@ -302,12 +354,14 @@ def simulate(
     executor: ClientExecutor | None = None,
     on_round: Callable[[dict[str, Any]], None] | None = None,
     workers: int | None = 1,
+    device: torch.device | str = "cpu",
 ) -> dict[str, Any]:
     """Build the federation and run it with the configured executor; return the result dict.
 
     ``workers``: processes training a coalition's clients when no ``executor`` is given
     (1: in this process; None: one per core, what ``fedcure simulate`` uses). Wall time is all
-    it changes."""
+    it changes. ``device``: where the clients train and the global model is evaluated (a GPU
+    trains in this process, whatever ``workers`` says)."""
     fed = build_federation(cfg, dataset)
     own = executor is None
     if executor is None:
@@ -316,15 +370,15 @@ def simulate(
                 "the flower executor runs under `flwr run` (see README); "
                 "use --executor inprocess here"
             )
-        executor = make_executor(fed, workers)
+        executor = make_executor(fed, workers, device=device)
     try:
-        return SimulationEngine(fed, executor).run(on_round)
+        return SimulationEngine(fed, executor, device=device).run(on_round)
     finally:
         if own:
             executor.close()
 
 
 __all__ = [
-    "Federation", "SimulationEngine", "build_federation", "client_tensors", "make_executor",
-    "make_inprocess_executor", "simulate",
+    "Federation", "SimulationEngine", "arrival_diagnostics", "build_federation",
+    "client_tensors", "make_executor", "make_inprocess_executor", "simulate",
 ]

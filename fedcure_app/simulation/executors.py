@@ -33,7 +33,7 @@ import torch
 from fedcure_app.models import build_model
 from fedcure_app.tasks import ClientReport, EdgeResult, EdgeTask, client_train_seed
 from fedcure_app.threads import apply_thread_policy, applied_threads, available_cores
-from fedcure_app.training import evaluate_batches, train_local
+from fedcure_app.training import EvalBatches, evaluate_batches, train_local
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,8 @@ class ClientExecutor(Protocol):
 class InProcessExecutor:
     """Trains every client of a coalition in this process, one after another.
 
-    ``client_data`` holds each client's (x, y) tensors, sliced once up front.
+    ``client_data`` holds each client's (x, y) tensors, sliced once up front; ``device``: where
+    the model trains (the client data are moved there once; on the CPU nothing is copied).
     """
 
     def __init__(
@@ -57,9 +58,13 @@ class InProcessExecutor:
         dataset: str,
         num_classes: int,
         client_data: list[tuple[torch.Tensor, torch.Tensor]],
+        *,
+        device: torch.device | str = "cpu",
     ) -> None:
-        self.model = build_model(dataset, num_classes)
-        self.client_data = client_data
+        self.device = torch.device(device)
+        self.model = build_model(dataset, num_classes).to(self.device)
+        self.sizes = [len(y) for _, y in client_data]
+        self.client_data = [(x.to(self.device), y.to(self.device)) for x, y in client_data]
         self.params = list(self.model.state_dict().values())
 
     def _load(self, tensors: list[torch.Tensor]) -> None:
@@ -68,19 +73,20 @@ class InProcessExecutor:
                 p.copy_(t)
 
     def run(self, task: EdgeTask) -> EdgeResult:
-        edge = [torch.from_numpy(np.ascontiguousarray(a)).clone() for a in task.arrays]
-        sizes = np.array([len(self.client_data[c][1]) for c in task.clients], dtype=np.float64)
+        edge = [torch.from_numpy(np.ascontiguousarray(a)).clone().to(self.device)
+                for a in task.arrays]
+        sizes = np.array([self.sizes[c] for c in task.clients], dtype=np.float64)
         weights = sizes / sizes.sum()
         reports: list[ClientReport] = []
+        amount = task.local_amount()
         for r in range(task.tau_e):
             acc = [torch.zeros_like(t) for t in edge]
             for c, w in zip(task.clients, weights):
                 x, y = self.client_data[c]
                 self._load(edge)
                 res = train_local(
-                    self.model, x, y,
-                    steps=task.tau_c, lr=task.lr, batch_size=task.batch_size,
-                    seed=client_train_seed(task.seed, r, c),
+                    self.model, x, y, **amount, lr=task.lr, batch_size=task.batch_size,
+                    seed=client_train_seed(task.seed, r, c), momentum=task.momentum,
                 )
                 with torch.no_grad():
                     for a, p in zip(acc, self.params):
@@ -95,7 +101,7 @@ class InProcessExecutor:
         return EdgeResult(
             task_id=task.task_id,
             coalition=task.coalition,
-            arrays=[t.numpy() for t in edge],
+            arrays=[t.cpu().numpy() for t in edge],
             num_samples=int(sizes.sum()),
             reports=reports,
         )
@@ -136,8 +142,9 @@ def _run_task(task: EdgeTask) -> EdgeResult:
 
 
 def _eval_batches(arrays: list[np.ndarray], start: int, stop: int, batch_size: int
-                  ) -> tuple[list[float], int]:
-    """Per-batch summed losses and correct count of the test samples [start, stop)."""
+                  ) -> EvalBatches:
+    """Per-batch summed losses and correct counts (all, per class) of the test samples
+    [start, stop)."""
     model, params = _WORKER["model"], _WORKER["params"]
     with torch.no_grad():
         for p, a in zip(params, arrays):
@@ -153,11 +160,12 @@ def _worker_ready() -> int:
 
 
 def _train_clients(
-    arrays: list[np.ndarray], jobs: list[tuple[int, int]], tau_c: int, lr: float,
-    batch_size: int,
+    arrays: list[np.ndarray], jobs: list[tuple[int, int]], amount: dict[str, int], lr: float,
+    batch_size: int, momentum: float = 0.0,
 ) -> list[tuple[list[np.ndarray], int, float, float]]:
-    """Train each (client, seed) of ``jobs`` from the edge model ``arrays``, in this worker;
-    return per client (trained arrays, samples, seconds, loss)."""
+    """Train each (client, seed) of ``jobs`` from the edge model ``arrays``, in this worker, for
+    ``amount`` (:meth:`EdgeTask.local_amount`); return per client (trained arrays, samples,
+    seconds, loss)."""
     model, params, data = _WORKER["model"], _WORKER["params"], _WORKER["data"]
     edge = [torch.from_numpy(a) for a in arrays]
     out = []
@@ -166,7 +174,8 @@ def _train_clients(
             for p, t in zip(params, edge):
                 p.copy_(t)
         x, y = data[client]
-        res = train_local(model, x, y, steps=tau_c, lr=lr, batch_size=batch_size, seed=seed)
+        res = train_local(model, x, y, **amount, lr=lr, batch_size=batch_size, seed=seed,
+                          momentum=momentum)
         out.append(([p.detach().numpy().copy() for p in params], int(res.samples),
                     float(res.seconds), float(res.loss)))
     return out
@@ -237,8 +246,8 @@ class ParallelExecutor:
         for r in range(task.tau_e):
             arrays = [t.numpy() for t in edge]
             jobs = [(c, client_train_seed(task.seed, r, c)) for c in clients]
-            futures = [self._pool.submit(_train_clients, arrays, chunk, task.tau_c, task.lr,
-                                         task.batch_size)
+            futures = [self._pool.submit(_train_clients, arrays, chunk, task.local_amount(),
+                                         task.lr, task.batch_size, task.momentum)
                        for chunk in _chunks(jobs, self.workers * CHUNKS_PER_WORKER)]
             trained = [item for f in futures for item in f.result()]
             acc = [torch.zeros_like(t) for t in edge]
@@ -269,9 +278,10 @@ class ParallelExecutor:
         return self._pool.submit(_run_task, task)
 
     def evaluate_global(self, arrays: list[np.ndarray], batch_size: int = 256
-                        ) -> tuple[float, float] | None:
-        """(accuracy, mean loss) of the model ``arrays`` on the test data, split over the
-        workers in whole batches and summed in order (bit-for-bit
+                        ) -> tuple[float, float, np.ndarray] | None:
+        """(accuracy, mean loss, confusion counts [true][predicted]) of the model ``arrays`` on
+        the test data,
+        split over the workers in whole batches and summed in order (bit-for-bit
         :func:`~fedcure_app.training.evaluate`); None without test data."""
         if not self._test_size:
             return None
@@ -283,12 +293,15 @@ class ParallelExecutor:
                    for chunk in _chunks(starts, self.workers)]
         total_loss = 0.0
         correct = 0
+        confusion: np.ndarray | None = None
         for f in futures:
-            losses, c = f.result()
-            for value in losses:
+            part = f.result()
+            for value in part.losses:
                 total_loss += value
-            correct += c
-        return correct / n, total_loss / n
+            correct += part.correct
+            confusion = part.confusion if confusion is None else confusion + part.confusion
+        assert confusion is not None
+        return correct / n, total_loss / n, confusion
 
     def close(self) -> None:
         """Stop the worker processes."""

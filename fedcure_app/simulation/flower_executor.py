@@ -215,6 +215,10 @@ class FlowerExecutor:
                  len(self.node_of_client), self.stats.discovery_seconds)
 
     def run(self, task: EdgeTask) -> EdgeResult:
+        if task.simulation_only:
+            raise ValueError(f"{', '.join(task.simulation_only)}: not supported by the Flower "
+                             "ClientApp (it trains τ_c plain-SGD mini-batch steps); use the "
+                             "in-process executor or leave at the default")
         nodes = [self.node_of_client[c] for c in task.clients if c in self.node_of_client]
         t0 = time.perf_counter()
         result = run_edge_task(

@@ -116,3 +116,17 @@ def test_bad_input_is_one_line_error(tmp_path, capsys):
     assert main(["experiment", "all", "--dataset", "cifar10", "--data-dir", str(tmp_path),
                  "--out", str(tmp_path), "--no-progress"]) == 2
     assert "no dataset could be loaded" in capsys.readouterr().err
+
+
+def test_efficiency_has_a_kappa_sweep_with_what_decided_each_pick(out):
+    d = summary(out, "efficiency")["data"]
+    assert set(d["kappa"]) == {"1", "0.5"}
+    for k, row in d["kappa"].items():
+        assert len(row["latency_cov"]) == 2 and all(c > 0 for c in row["latency_cov"])
+        for dec in row["decisions"]:
+            assert dec["decisions"] > 0, k
+            assert 0.0 <= dec["longest_queue"] <= 1.0 and 0.0 <= dec["fastest"] <= 1.0
+        assert all(0.0 <= s <= 1.0 for s in row["slow_share"])
+    # κ = 1 is the FedCure COV runs themselves
+    assert d["kappa"]["1"]["latency_cov"] == d["latency_cov"]["fedcure"]
+    assert (out / "digits" / "efficiency" / "latency_cov_kappa.png").is_file()

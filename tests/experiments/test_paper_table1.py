@@ -137,3 +137,42 @@ def test_differences_note_mentions_digits_only_when_digits_was_run():
 
     assert "scikit-learn's 8×8 digits" not in _differences_note([outcome("mnist", PAPER_ORDER)])
     assert "scikit-learn's 8×8 digits" in _differences_note([outcome("digits", PAPER_ORDER)])
+
+
+def _sched_result(rows, rounds, beta=0.5):
+    return {"config": {"method": {"beta": beta}}, "records": rows,
+            "participation": {"rounds": rounds}}
+
+
+def test_decisions_count_which_rule_the_pick_agrees_with():
+    from fedcure_app.experiments.efficiency import decisions
+
+    rows = [  # picks: longest queue (0), fastest (2), both (1); one without a choice
+        {"candidates": [0, 2], "dispatched": [0], "queues_before": [0.8, 0.0, 0.2],
+         "estimates_s": [20.0, 10.0, 10.0]},
+        {"candidates": [0, 2], "dispatched": [2], "queues_before": [0.4, 0.0, 0.2],
+         "estimates_s": [20.0, 10.0, 10.0]},
+        {"candidates": [1, 2], "dispatched": [1], "queues_before": [0.0, 0.6, 0.2],
+         "estimates_s": [20.0, 10.0, 12.0]},
+        {"candidates": [1], "dispatched": [1], "queues_before": [0.0, 0.6, 0.2],
+         "estimates_s": [20.0, 10.0, 12.0]},
+    ]
+    d = decisions(_sched_result(rows, [1, 1, 1]))
+    assert d["decisions"] == 3
+    assert d["longest_queue"] == pytest.approx(2 / 3) and d["fastest"] == pytest.approx(2 / 3)
+    # first decision: queue spread 0.6, latency-term spread 0.5·(20 − 10)/(40/3)
+    first = 0.6 / (0.5 * 10 / (40 / 3))
+    assert d["queue_over_latency_spread"] == pytest.approx(
+        sorted([first, 0.2 / (0.5 * 10 / (40 / 3)), 0.4 / (0.5 * 2 / 14)])[1])
+    assert decisions(_sched_result([{"dispatched": [0]}], [1]))["decisions"] == 0
+
+
+def test_slow_share_is_the_slower_halfs_share_of_the_rounds():
+    from fedcure_app.experiments.efficiency import slow_share
+
+    rows = [{"coalition": c, "latency_s": t} for c, t in
+            [(0, 10.0), (1, 30.0), (2, 20.0), (0, 10.0), (2, 22.0), (3, 5.0)]]
+    # slower half (⌊4/2⌋ = 2): coalitions 1 and 2 → 3 of 6 rounds
+    assert slow_share(_sched_result(rows, [2, 1, 2, 1])) == pytest.approx(0.5)
+    # a coalition that never arrived counts as slowest, with no rounds
+    assert slow_share(_sched_result(rows, [2, 1, 2, 1, 0])) == pytest.approx(1 / 6)

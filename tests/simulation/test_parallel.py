@@ -145,11 +145,12 @@ def test_evaluation_split_over_workers_equals_evaluate(federation):
     par = make_executor(federation, 3)
     try:
         for bs in (256, 7):
-            acc, loss = par.evaluate_global(federation.initial_arrays, batch_size=bs)
+            acc, loss, confusion = par.evaluate_global(federation.initial_arrays, batch_size=bs)
             model = build_model(ds.name, ds.num_classes)
             set_weights(model, federation.initial_arrays)
             ref = evaluate(model, torch.from_numpy(ds.x_test), torch.from_numpy(ds.y_test),
                            batch_size=bs)
             assert (acc, loss) == (ref.accuracy, ref.loss)
+            assert [tuple(row) for row in confusion.tolist()] == list(ref.confusion)
     finally:
         par.close()
