@@ -1,8 +1,8 @@
 """The cloud's logic without transport: registration, formation, dispatch, arrivals, failover.
 
 :class:`CloudController` owns the cloud's state and the objects working on it, each made with
-explicit arguments: a :class:`~cloud_server.registry.Registry` (clients, claims, edges), a
-:class:`~cloud_server.state.RunLog`, a :class:`~cloud_server.state.TaskBook`, a
+explicit arguments: a :class:`~cloud_server.state.Roster` (clients, claims, edges) and the
+:class:`~cloud_server.registry.Registry` rules changing it, a :class:`~cloud_server.state.RunLog`, a :class:`~cloud_server.state.TaskBook`, a
 :class:`~cloud_server.screening.NormScreen`, :class:`~cloud_server.durable.Durability` (over an
 optional :class:`~cloud_server.checkpoint.CheckpointStore`), a
 :class:`~cloud_server.results.ResultsWriter` and a :class:`~cloud_server.progress.ProgressBoard`;
@@ -46,8 +46,8 @@ from cloud_server.registry import Registry
 from cloud_server.results import ResultsWriter
 from cloud_server.screening import NormScreen
 from cloud_server.state import (
-    Arrival, ClientEntry, Federation, Phase, RoundView, RunLog, StatusSnapshot, TaskBook,
-    TaskState,
+    Arrival, ClientEntry, Federation, Phase, Roster, RoundView, RunLog, StatusSnapshot,
+    TaskBook, TaskState,
 )
 
 log = logging.getLogger("fedcure.cloud")
@@ -115,13 +115,14 @@ class CloudController:
         #: the run's result dict once written
         self.result: dict[str, Any] | None = None
         rel = cfg.reliability
-        self.registry = Registry(cfg, expected_clients)
+        self.roster = Roster(self.num_edges, int(expected_clients))
+        self.registry = Registry(cfg, self.roster)
         self.log = RunLog()
         self.tasks = TaskBook(cfg)
         #: refuses edge models far outside the recently accepted ones
         self.screen = NormScreen(rel.norm_factor, rel.norm_window, rel.norm_min_history)
         self.checkpoints = CheckpointStore(checkpoint_dir) if checkpoint_dir is not None else None
-        self.durability = Durability(cfg, self.checkpoints, self.registry, self.log, self.tasks,
+        self.durability = Durability(cfg, self.checkpoints, self.roster, self.log, self.tasks,
                                      self.screen)
         self.results = ResultsWriter(cfg, out_dir, write_plots)
         #: the ESs' live reports inside a task (EdgeLink.Progress): logged, shown in Status
@@ -140,7 +141,7 @@ class CloudController:
     @property
     def clients(self) -> dict[str, ClientEntry]:
         """The registered clients by name."""
-        return self.registry.clients
+        return self.roster.clients
 
     @property
     def records(self) -> list[dict[str, Any]]:
@@ -160,17 +161,12 @@ class CloudController:
     @property
     def expected_clients(self) -> int:
         """Formation runs as soon as this many clients are registered."""
-        return self.registry.expected_clients
-
-    @property
-    def out_dir(self) -> Path | None:
-        """Where the results go (None: nowhere)."""
-        return self.results.out_dir
+        return self.roster.expected_clients
 
     def status(self) -> StatusSnapshot:
         """Where the run stands, without taking the lock: the strategy's figures as of its last
-        transition, the registry's counts and the progress of the tasks in flight."""
-        view, reg = self._view, self.registry
+        transition, the roster's counts and the progress of the tasks in flight."""
+        view, reg = self._view, self.roster
         return StatusSnapshot(
             phase=self.phase, version=view.version, round=view.round,
             global_rounds=self.cfg.run.global_rounds, clients_registered=len(reg.clients),
@@ -219,7 +215,7 @@ class CloudController:
             return False
         if self.formation_error is not None and not self.registry.changed:
             return False  # the same registrations would fail the same way
-        n = len(self.registry.clients)
+        n = len(self.roster.clients)
         return n >= self.expected_clients or (window_closed and n >= self.num_edges)
 
     def members(self, m: int) -> list[ClientEntry]:
@@ -236,7 +232,7 @@ class CloudController:
 
     def edge_address(self, m: int) -> str:
         """The address edge m last connected with ("" never)."""
-        return self.registry.edge_addresses[m]
+        return self.roster.edge_addresses[m]
 
     # ================================================================== formation
     def build_initial_arrays(self) -> list[np.ndarray]:
@@ -460,8 +456,8 @@ class CloudController:
         fed = self.federation
         assert fed is not None
         with self.lock:
-            result = self.results.summary(fed, self.registry, self.log, self.checkpoints)
-            blob = None if self.out_dir is None else encode_arrays(
+            result = self.results.summary(fed, self.roster, self.log, self.checkpoints)
+            blob = None if self.results.out_dir is None else encode_arrays(
                 fed.strategy.global_arrays, {"version": str(fed.strategy.version),
                                              "rounds": str(len(self.log.records))})
         self.results.write(result, blob)

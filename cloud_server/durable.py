@@ -20,9 +20,10 @@ import numpy as np
 from fedcure_app.config import FedCureConfig
 from fedcure_app.protocol.codec import CodecError, decode_arrays
 from cloud_server.checkpoint import CheckpointError, CheckpointStore, config_diff
-from cloud_server.registry import Registry
 from cloud_server.screening import NormScreen
-from cloud_server.state import ClientEntry, Federation, RunLog, TaskBook, TaskState, jsonable
+from cloud_server.state import (
+    ClientEntry, Federation, Roster, RunLog, TaskBook, TaskState, jsonable,
+)
 
 log = logging.getLogger("fedcure.cloud")
 
@@ -51,15 +52,15 @@ class Durability:
         may change) is refused.
     store:
         Where checkpoints go (None: nothing is saved).
-    registry, log, tasks, screen:
+    roster, log, tasks, screen:
         The state objects a checkpoint holds besides the federation.
     """
 
-    def __init__(self, cfg: FedCureConfig, store: CheckpointStore | None, registry: Registry,
+    def __init__(self, cfg: FedCureConfig, store: CheckpointStore | None, roster: Roster,
                  log: RunLog, tasks: TaskBook, screen: NormScreen) -> None:
         self.cfg = cfg
         self.store = store
-        self.registry = registry
+        self.roster = roster
         self.log = log
         self.tasks = tasks
         self.screen = screen
@@ -93,7 +94,7 @@ class Durability:
             elif t.reply is None and t.expired is None:
                 continue  # a task neither answered, expired nor expected: nothing to remember
             tasks[tid] = t.to_state(now_mono, now_wall)
-        reg, run = self.registry, self.log
+        reg, run = self.roster, self.log
         state = {
             "config": self.cfg.model_dump(mode="json"),
             "expected_clients": reg.expected_clients,
@@ -122,7 +123,7 @@ class Durability:
         if diff:
             raise CheckpointError("the checkpoint was written with a different configuration ("
                                   + "; ".join(diff[:4]) + "); use another --out or the same flags")
-        expected = self.registry.expected_clients
+        expected = self.roster.expected_clients
         if int(state["expected_clients"]) != expected:
             raise CheckpointError(f"the checkpoint expects {state['expected_clients']} clients, "
                                   f"not {expected}")
@@ -153,7 +154,7 @@ class Durability:
         run.faults[:] = list(state.get("faults", []))
         run.initial_accuracy = state.get("initial_accuracy")
         self.screen.load_state_dict(state["screen"])
-        self.registry.restore(
+        self.roster.restore(
             saved.clients, {str(k): int(v) for k, v in state.get("claims", {}).items()},
             {int(m): a for m, a in state.get("edges", {}).items()})
         now_mono, now_wall = time.monotonic(), time.time()

@@ -1,11 +1,11 @@
-"""Who takes part in a run: the registered clients, their claimed partitions, and the edges.
+"""Registration's rules over the run's :class:`~cloud_server.state.Roster`.
 
-:class:`Registry` keeps the clients by name (``Association.Register``), the partition each name
-claimed (``Association.Claim``), the address each edge server last connected with and which
-edges are connected now. It checks every Register field at the door
-(:mod:`cloud_server.validation`) and applies registration's rules; whether registration is
-still open is the controller's to say (formation closes it). Not thread-safe by itself: the
-controller calls it from the event loop, and under its lock from worker threads.
+:class:`Registry` records the clients by name (``Association.Register``), the partition each
+name claims (``Association.Claim``), the address each edge server connects with and which edges
+are connected now. It checks every Register field at the door (:mod:`cloud_server.validation`);
+whether registration is still open is the controller's to say (formation closes it). Not
+thread-safe by itself: the controller calls it from the event loop, and under its lock from
+worker threads.
 """
 
 from __future__ import annotations
@@ -22,36 +22,29 @@ from fedcure_app.supernode_auth import check_supernode_key
 from cloud_server import validation as door
 from cloud_server.formation import natural_key
 from cloud_server.refusal import Reason, Refusal
-from cloud_server.state import ClientEntry
+from cloud_server.state import ClientEntry, Roster
 
 log = logging.getLogger("fedcure.cloud")
 
 
 class Registry:
-    """The clients (by name), their claims, and the edges' addresses and connections.
+    """Registration's rules; the clients, claims and edges they change live in ``roster``.
 
     Parameters
     ----------
     cfg:
         The configuration: M edges, the partition count (``federation.num_clients``), the
         classes and the dataset a device profile must cover.
-    expected_clients:
-        Formation runs as soon as this many clients are registered.
+    roster:
+        Who takes part (shared with the checkpoint and the results).
     """
 
-    def __init__(self, cfg: FedCureConfig, expected_clients: int) -> None:
+    def __init__(self, cfg: FedCureConfig, roster: Roster) -> None:
         self.num_edges = cfg.federation.num_edges
         self.num_partitions = cfg.federation.num_clients
         self.num_classes = cfg.federation.num_classes
         self.dataset = cfg.data.dataset
-        self.expected_clients = int(expected_clients)
-        self.clients: dict[str, ClientEntry] = {}
-        #: client name -> claimed partition index
-        self.claims: dict[str, int] = {}
-        #: the last address each edge connected with ("" never)
-        self.edge_addresses: dict[int, str] = {m: "" for m in range(self.num_edges)}
-        #: edges whose newest Connect stream is open
-        self.connected: set[int] = set()
+        self.roster = roster
         #: registrations changed since the last formation attempt (worth trying again)
         self.changed = False
 
@@ -63,14 +56,15 @@ class Registry:
         except door.Refused as err:
             raise Refusal(Reason.INVALID_ARGUMENT, str(err)) from None
         n = self.num_partitions
-        held = self.claims.get(name)
+        claims = self.roster.claims
+        held = claims.get(name)
         if held is not None:
             if wanted is not None and wanted != held:
                 raise Refusal(Reason.FAILED_PRECONDITION,
                               f"client {door.clip(name)} already holds partition {held}, "
                               f"not {wanted}")
             return held
-        taken = set(self.claims.values())
+        taken = set(claims.values())
         if wanted is not None:
             if not 0 <= wanted < n:
                 raise Refusal(Reason.INVALID_ARGUMENT, f"partition {wanted} outside [0, {n})")
@@ -83,7 +77,7 @@ class Registry:
             if not free:
                 raise Refusal(Reason.RESOURCE_EXHAUSTED, f"all {n} partitions are taken")
             index = free[0]
-        self.claims[name] = index
+        claims[name] = index
         log.info("client %r claimed partition %d of %d", name, index, n)
         return index
 
@@ -123,24 +117,25 @@ class Registry:
     def register(self, entry: ClientEntry, *, open_: bool) -> ClientEntry:
         """Record a registration (a known name while ``open_``: the latest data counts);
         returns the stored client. A new name is refused unless ``open_``."""
-        known = self.clients.get(entry.name)
+        clients, expected = self.roster.clients, self.roster.expected_clients
+        known = clients.get(entry.name)
         if known is None:
             if not open_:
                 raise Refusal(
                     Reason.FAILED_PRECONDITION,
                     f"registration is closed: coalition formation already ran with "
-                    f"{len(self.clients)} clients; {door.clip(entry.name)} is not one of them",
+                    f"{len(clients)} clients; {door.clip(entry.name)} is not one of them",
                 )
-            self.clients[entry.name] = entry
+            clients[entry.name] = entry
             self.changed = True
-            n = len(self.clients)
-            if n == self.expected_clients or n <= 3 or n % max(1, self.expected_clients // 10) == 0:
-                log.info("client %r registered (%d/%d)", entry.name, n, self.expected_clients)
+            n = len(clients)
+            if n == expected or n <= 3 or n % max(1, expected // 10) == 0:
+                log.info("client %r registered (%d/%d)", entry.name, n, expected)
         elif open_:
             known.label_counts, known.profile, known.home_edge = (
                 entry.label_counts, entry.profile, entry.home_edge)
             self.changed = True
-        client = self.clients[entry.name]
+        client = clients[entry.name]
         if entry.supernode_key and entry.supernode_key != client.supernode_key:
             # a restarted client may come with a new SuperNode key: its ES registers that one
             client.supernode_key = entry.supernode_key
@@ -149,42 +144,30 @@ class Registry:
     def ordered(self) -> list[ClientEntry]:
         """The clients in id order: by claimed partition index, then the name's natural order
         (``c2`` before ``c10``), whatever the order they came in."""
-        return [self.clients[n] for n in sorted(self.clients, key=self._order)]
+        clients = self.roster.clients
+        return [clients[n] for n in sorted(clients, key=self._order)]
 
     def _order(self, name: str) -> tuple[int, list[Any]]:
-        return self.claims.get(name, self.num_partitions), natural_key(name)
-
-    def by_id(self) -> list[ClientEntry]:
-        """The clients sorted by their ids (given at formation)."""
-        return sorted(self.clients.values(), key=lambda c: c.client_id or 0)
+        return self.roster.claims.get(name, self.num_partitions), natural_key(name)
 
     def members(self, m: int) -> list[ClientEntry]:
         """The clients of coalition m in id order (none before formation)."""
-        return [c for c in self.by_id() if c.edge_id == m and c.client_id is not None]
+        return [c for c in self.roster.by_id() if c.edge_id == m and c.client_id is not None]
 
     def forget_ids(self) -> None:
         """Clear every client's ids (a failed formation)."""
-        for c in self.clients.values():
+        for c in self.roster.clients.values():
             c.client_id = c.edge_id = None
-
-    def restore(self, clients: list[ClientEntry], claims: dict[str, int],
-                edges: dict[int, str]) -> None:
-        """The clients, claims and edge addresses of a checkpoint."""
-        self.clients = {c.name: c for c in clients}
-        self.claims = dict(claims)
-        for m, addr in edges.items():
-            if m in self.edge_addresses:
-                self.edge_addresses[m] = addr
 
     # ------------------------------------------------------------------ edges
     def edge_connected(self, m: int, address: str) -> None:
         """Edge m's newest Connect stream opened with its fleet ``address``."""
-        self.edge_addresses[m] = address
-        self.connected.add(m)
+        self.roster.edge_addresses[m] = address
+        self.roster.connected.add(m)
 
     def edge_left(self, m: int) -> None:
         """Edge m's newest Connect stream ended."""
-        self.connected.discard(m)
+        self.roster.connected.discard(m)
 
 
 __all__ = ["Registry"]

@@ -17,8 +17,7 @@ import numpy as np
 from fedcure_app.config import FedCureConfig
 from cloud_server.checkpoint import CheckpointStore
 from cloud_server.reach import max_shares
-from cloud_server.registry import Registry
-from cloud_server.state import Federation, RunLog
+from cloud_server.state import Federation, Roster, RunLog
 
 log = logging.getLogger("fedcure.cloud")
 
@@ -43,7 +42,7 @@ class ResultsWriter:
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.write_plots = write_plots
 
-    def summary(self, federation: Federation, registry: Registry, run: RunLog,
+    def summary(self, federation: Federation, roster: Roster, run: RunLog,
                 checkpoints: CheckpointStore | None) -> dict[str, Any]:
         """The run's result dict, the engine's summary keys where they apply (call holding the
         controller's lock: it reads the strategy and copies the records)."""
@@ -57,7 +56,7 @@ class ResultsWriter:
         except ValueError:
             reach = None
         accs = [r["accuracy"] for r in records if r["accuracy"] is not None]
-        m = registry.num_edges
+        m = roster.num_edges
         assignment = federation.assignment
         coalitions = [np.flatnonzero(assignment == e).tolist() for e in range(m)]
         jsd = federation.jsd
@@ -96,9 +95,9 @@ class ResultsWriter:
             "clients": [
                 {"id": c.client_id, "name": c.name, "edge": c.edge_id, "home_edge": c.home_edge,
                  "device": c.profile.name, "samples": int(c.label_counts.sum())}
-                for c in registry.by_id()
+                for c in roster.by_id()
             ],
-            "edges": {str(e): a for e, a in registry.edge_addresses.items()},
+            "edges": {str(e): a for e, a in roster.edge_addresses.items()},
             "final_version": strategy.version,
             "faults": list(run.faults),
             "checkpoints": None if checkpoints is None else {

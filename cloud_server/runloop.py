@@ -423,7 +423,7 @@ class RunLoop:
         self._end()
         await self.edges.wake_all()
         log.info("training over after %d rounds%s", len(c.records),
-                 f"; results in {c.out_dir}" if c.out_dir else "")
+                 f"; results in {c.results.out_dir}" if c.results.out_dir else "")
 
 
 __all__ = ["RunLoop"]

@@ -52,11 +52,10 @@ door), calls the controller or the run loop, and answers a
 from __future__ import annotations
 
 import functools
-import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import grpc
 import numpy as np
@@ -73,11 +72,8 @@ from cloud_server.refusal import Reason, Refusal
 from cloud_server.runloop import RunLoop
 from cloud_server.security import token_ok
 
-log = logging.getLogger("fedcure.cloud")
-
-Request = TypeVar("Request")
-Reply = TypeVar("Reply")
-Handler = Callable[[Any, Request, grpc.aio.ServicerContext], Awaitable[Reply]]
+#: a unary handler method: ``(self, request, context) -> reply``
+Handler = Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[Any]]
 
 
 async def abort(context: grpc.aio.ServicerContext, err: CloudError | Refusal) -> None:

@@ -3,7 +3,9 @@
 Nothing here knows gRPC or the event loop. :class:`~cloud_server.controller.CloudController`
 owns one of each and hands them to the collaborators that need them:
 
-- :class:`ClientEntry`: a registered client (kept by :class:`cloud_server.registry.Registry`);
+- :class:`Roster` of :class:`ClientEntry`: who takes part (the registered clients, their claimed
+  partitions, the edges' addresses and connections), changed by
+  :class:`cloud_server.registry.Registry`'s rules;
 - :class:`Federation`: the formed federation (clients in id order, assignments, the
   :class:`~fedcure_app.strategy.FedCureStrategy`), made once at formation or resumption;
 - :class:`RunLog`: what the run records (rounds, faults, warnings) and its clock;
@@ -68,6 +70,37 @@ class ClientEntry:
         return cls(c["name"], np.asarray(c["label_counts"], dtype=np.int64),
                    DeviceProfile(**c["profile"]), c["home_edge"], int(c["client_id"]),
                    int(c["edge_id"]), supernode_key=str(c.get("supernode_key", "")))
+
+
+@dataclass
+class Roster:
+    """Who takes part in a run: the registered clients by name, the partition each name
+    claimed, the address each edge last connected with ("" never) and the edges whose newest
+    stream is open."""
+
+    num_edges: int
+    expected_clients: int
+    clients: dict[str, ClientEntry] = field(default_factory=dict)
+    claims: dict[str, int] = field(default_factory=dict)
+    edge_addresses: dict[int, str] = field(default_factory=dict)
+    connected: set[int] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        for m in range(self.num_edges):
+            self.edge_addresses.setdefault(m, "")
+
+    def by_id(self) -> list[ClientEntry]:
+        """The clients sorted by their ids (given at formation)."""
+        return sorted(self.clients.values(), key=lambda c: c.client_id or 0)
+
+    def restore(self, clients: list[ClientEntry], claims: dict[str, int],
+                edges: dict[int, str]) -> None:
+        """The clients, claims and edge addresses of a checkpoint."""
+        self.clients = {c.name: c for c in clients}
+        self.claims = dict(claims)
+        for m, addr in edges.items():
+            if m in self.edge_addresses:
+                self.edge_addresses[m] = addr
 
 
 def reply_state(reply: pb.SubmitReply | None) -> dict[str, Any] | None:
@@ -337,5 +370,5 @@ def jsonable(obj: Any) -> Any:
     return obj
 
 
-__all__ = ["Arrival", "ClientEntry", "Federation", "Phase", "RoundView", "RunLog",
+__all__ = ["Arrival", "ClientEntry", "Federation", "Phase", "Roster", "RoundView", "RunLog",
            "StatusSnapshot", "TaskBook", "TaskState", "jsonable", "reply_state"]
