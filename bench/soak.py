@@ -226,7 +226,7 @@ class Soak:
 
     # -------------------------------------------------------------- checks
     def report(self, rc: int, wall: float) -> int:
-        from cloud_server.service import CloudService
+        from cloud_server.controller import initial_model
         from fedcure_app.config import FedCureConfig, apply_flat
         from fedcure_app.core.aggregation import cloud_update
         from fedcure_app.protocol.codec import decode_arrays
@@ -254,8 +254,7 @@ class Soak:
         cfg = apply_flat(FedCureConfig(), {"num-edges": self.args.edges,
                                            "num-clients": self.args.clients,
                                            "formation": "none"})
-        models = {0: CloudService(cfg, expected_clients=self.args.clients)
-                  .build_initial_arrays()}
+        models = {0: initial_model(cfg)}
         glob = models[0]
         for r in records:
             base = r["version"] - 1 - r["staleness"]

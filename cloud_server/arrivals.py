@@ -1,11 +1,16 @@
-"""The controller's steps for edge answers and lost coalitions (part of
-:class:`cloud_server.controller.CloudController`, kept apart to stay readable).
+"""Edge answers and lost coalitions of a formed federation: :class:`Arrivals`.
 
-Checks before any state changes (:meth:`ArrivalSteps.find_task`,
-:meth:`~ArrivalSteps.check_submit`), then one arrival applied whole or not at all
-(:meth:`~ArrivalSteps.arrive`), and failover: a coalition marked lost and its slot refilled
-(:meth:`~ArrivalSteps.lose`), or taken back (:meth:`~ArrivalSteps.take_back`). Every method
-here that changes state holds ``self.lock`` and writes the checkpoint before it returns.
+Checks before any state changes (:meth:`Arrivals.check`, :meth:`~Arrivals.too_stale`), then one
+arrival applied whole or not at all (:meth:`~Arrivals.arrive`), and failover: a coalition
+marked lost and its slot refilled (:meth:`~Arrivals.lose`), or taken back
+(:meth:`~Arrivals.take_back`). The controller makes one at formation and calls the methods that
+change state holding its lock; each of them writes the checkpoint before it returns.
+
+Records carry the simulation engine's keys: round, time_s (wall seconds since round 0 was
+dispatched), coalition, staleness, xi, latency_s (measured by the cloud), estimate_s, version,
+queues, dispatched, frequencies_ghz, energy_j, accuracy, loss; plus task_id, edge_latency_s
+(what the ES measured), dropped and late. Energy per client-round is κ_n·c_n·f_n² with the
+cycles c_n = seconds·f_n·10⁹ the client reported running at f_n GHz.
 """
 
 from __future__ import annotations
@@ -18,53 +23,50 @@ from typing import Any
 
 import numpy as np
 
+from fedcure_app.config import FedCureConfig
 from fedcure_app.protocol import cloud_pb2 as pb
 from fedcure_app.strategy import EdgeUpdate
 from fedcure_app.tasks import ClientReport
 from cloud_server import validation as door
+from cloud_server.durable import Durability
 from cloud_server.refusal import Reason, Refusal
-from cloud_server.screening import distance
-from cloud_server.state import Arrival, TaskState
+from cloud_server.screening import NormScreen, distance
+from cloud_server.state import Arrival, Federation, RunLog, TaskBook, TaskState
 
 log = logging.getLogger("fedcure.cloud")
 
 
-class ArrivalSteps:
-    """Submit checks, aggregation with rollback, and failover of a :class:`CloudController`."""
+class Arrivals:
+    """Submit checks, aggregation with rollback, and failover of one formed federation.
 
-    # attributes of CloudController used here (and its methods fault, make_task,
-    # save_checkpoint)
-    cfg: Any
-    lock: Any
-    strategy: Any
-    tasks: dict[str, TaskState]
-    records: list[dict[str, Any]]
-    faults: list[dict[str, Any]]
-    screen: Any
-    population: Any
-    t0: float | None
-    _model_cache: Any
+    Parameters
+    ----------
+    cfg:
+        The configuration (τ_e, ``run.global_rounds``, the reliability bounds).
+    federation:
+        The formed federation; its strategy is what arrivals change.
+    log:
+        Where rounds and faults are recorded.
+    tasks:
+        The task book new dispatches go to.
+    screen:
+        The norm screen every edge model passes before aggregation.
+    durability:
+        Writes the checkpoint after every change.
+    """
 
-    def find_task(self, task_id: str, edge_id: int) -> TaskState:
-        """The task a Submit names, checked against the submitting edge."""
-        task = self.tasks.get(task_id) if door.task_id_known(task_id) else None
-        if task is None:
-            raise Refusal(Reason.NOT_FOUND, f"unknown task id {door.clip(task_id)}")
-        if edge_id != task.dispatch.coalition:
-            raise Refusal(Reason.INVALID_ARGUMENT,
-                          f"task {task.task_id} belongs to edge {task.dispatch.coalition}, "
-                          f"not edge {edge_id}")
-        return task
-
-    def over_reply(self, detail: str) -> pb.SubmitReply:
-        """The answer to a Submit after training ended (not aggregated)."""
-        return pb.SubmitReply(accepted=False,
-                              version=self.strategy.version if self.strategy else 0,
-                              detail=detail)
+    def __init__(self, cfg: FedCureConfig, federation: Federation, log: RunLog,
+                 tasks: TaskBook, screen: NormScreen, durability: Durability) -> None:
+        self.cfg = cfg
+        self.fed = federation
+        self.log = log
+        self.tasks = tasks
+        self.screen = screen
+        self.durability = durability
 
     def too_stale(self, task: TaskState) -> Refusal | None:
         """For an expired task: the refusal when it is staler than ``late-staleness-bound``."""
-        staleness = self.strategy.version - task.dispatch.version
+        staleness = self.fed.strategy.version - task.dispatch.version
         bound = self.cfg.reliability.late_staleness_bound
         if staleness <= bound:
             return None
@@ -72,16 +74,17 @@ class ArrivalSteps:
                        f"task {task.task_id} expired ({task.expired}) and is {staleness} "
                        f"versions stale, beyond late-staleness-bound {bound}; not aggregated")
 
-    def check_submit(self, task: TaskState, num_samples: int, latency_s: float, stats: Any,
-                     dropped: list[int]) -> None:
+    def check(self, task: TaskState, num_samples: int, latency_s: float, stats: Any,
+              dropped: list[int]) -> None:
         """A Submit of ``task`` is expected and its numbers are within bounds (an expired
         task's answer counts as a late, stale update: see :meth:`too_stale`)."""
+        strategy = self.fed.strategy
         m = task.dispatch.coalition
         members: Sequence[int]
         if task.expired is not None:
-            members = self.strategy.coalitions[m]
+            members = strategy.coalitions[m]
         else:
-            if self.strategy.in_flight.get(m) is not task.dispatch:
+            if strategy.in_flight.get(m) is not task.dispatch:
                 raise Refusal(Reason.FAILED_PRECONDITION,
                               f"task {task.task_id} is no longer expected")
             members = task.dispatch.clients
@@ -95,40 +98,32 @@ class ArrivalSteps:
                edge_latency: float, num_samples: int, reports: list[ClientReport],
                dropped: list[int], late: bool = False) -> Arrival:
         """Aggregate one edge model, dispatch again, record the round, write the checkpoint
-        (worker thread): all of it or, when any step fails, none (the state is rolled back).
+        (holding the lock): all of it or, when any step fails, none (the state is rolled back).
 
         ``latency``: seconds the cloud measured from sending the task to the answer;
         ``edge_latency``: what the edge measured. Raises ``ValueError`` when the strategy
         refuses the arrival, :class:`Refusal` for a refused model."""
-        strategy = self.strategy
-        assert strategy is not None and self.t0 is not None
-        with self.lock:
-            undo = strategy.undo_point()
-            marks = (len(self.records), len(self.faults), set(self.tasks),
-                     self.screen.state_dict(), self._model_cache)
-            try:
-                return self.apply(task, arrays, latency, edge_latency, num_samples, reports,
-                                  dropped, late)
-            except BaseException:
-                strategy.rollback(undo)
-                del self.records[marks[0]:]
-                del self.faults[marks[1]:]
-                for tid in set(self.tasks) - marks[2]:
-                    del self.tasks[tid]
-                self.screen.load_state_dict(marks[3])
-                self._model_cache = marks[4]
-                task.reply = None
-                raise
+        undo = self.fed.strategy.undo_point()
+        marks = (self.log.mark(), self.tasks.mark(), self.screen.state_dict())
+        try:
+            return self._apply(task, arrays, latency, edge_latency, num_samples, reports,
+                               dropped, late)
+        except BaseException:
+            self.fed.strategy.rollback(undo)
+            self.log.rollback(marks[0])
+            self.tasks.rollback(marks[1])
+            self.screen.load_state_dict(marks[2])
+            task.reply = None
+            raise
 
-    def apply(self, task: TaskState, arrays: list[np.ndarray], latency: float,
-              edge_latency: float, num_samples: int, reports: list[ClientReport],
-              dropped: list[int], late: bool) -> Arrival:
-        """:meth:`arrive`'s steps (holding the lock; the caller rolls back on failure)."""
-        strategy = self.strategy
-        assert strategy is not None and self.t0 is not None and self.population is not None
+    def _apply(self, task: TaskState, arrays: list[np.ndarray], latency: float,
+               edge_latency: float, num_samples: int, reports: list[ClientReport],
+               dropped: list[int], late: bool) -> Arrival:
+        """:meth:`arrive`'s steps (the caller rolls back on failure)."""
+        strategy = self.fed.strategy
         d = task.dispatch
         m = d.coalition
-        kappa = self.population.kappa
+        kappa = self.fed.population.kappa
         energy = 0.0
         for r in reports:
             if 0 <= r.client < kappa.size and r.f_applied_ghz > 0:
@@ -146,12 +141,12 @@ class ArrivalSteps:
                             num_samples=num_samples, latency_s=latency)
         if late:
             staleness = strategy.version - d.version
-            self.fault("late", m, f"task {task.task_id} answered after its deadline "
-                                  f"({task.expired}); aggregated as a stale update "
-                                  f"(staleness {staleness})")
+            self.log.fault("late", m, f"task {task.task_id} answered after its deadline "
+                                      f"({task.expired}); aggregated as a stale update "
+                                      f"(staleness {staleness})", strategy.round)
             if m in strategy.unavailable:
-                self.fault("back", m, f"coalition {m} available again: its edge server "
-                                      "answered after the deadline")
+                self.log.fault("back", m, f"coalition {m} available again: its edge server "
+                                          "answered after the deadline", strategy.round)
                 strategy.mark_available(m)
             rec = strategy.on_late_arrival(update, self.cfg.reliability.late_staleness_bound)
         else:
@@ -159,12 +154,12 @@ class ArrivalSteps:
         self.screen.accept(dist)
         t1 = time.perf_counter()
         finished = rec.round >= self.cfg.run.global_rounds
-        new = [] if finished else [self.make_task(x) for x in strategy.dispatch()]
+        new = [] if finished else [self.tasks.make(x, strategy) for x in strategy.dispatch()]
         log.debug("on_arrival %.3f s, dispatch + encode %.3f s", t1 - t0,
                   time.perf_counter() - t1)
         row = {
             "round": rec.round,
-            "time_s": time.monotonic() - self.t0,
+            "time_s": self.log.elapsed_s(),
             "coalition": rec.coalition,
             "staleness": rec.staleness,
             "xi": rec.xi,
@@ -182,40 +177,41 @@ class ArrivalSteps:
             "dropped": dropped,
             "late": late,
         }
-        self.records.append(row)
+        self.log.records.append(row)
         # the reply promises durability: checkpoint before anyone hears of the new version
         detail = f"aggregated as round {rec.round}"
         if late:
             detail += f" (late: stale update, staleness {rec.staleness}, xi {rec.xi:.4g})"
         task.reply = pb.SubmitReply(accepted=True, version=rec.version, detail=detail)
-        self.save_checkpoint()
+        self.durability.save(self.fed)
         return Arrival(row, new, finished)
 
     def lose(self, m: int, task: TaskState | None, why: str) -> list[TaskState]:
         """Mark coalition m unavailable (its task, if any, expires) and refill the free slot;
-        returns the new tasks (worker thread). The fault is recorded before the state changes,
-        both under the lock: a reader that sees the coalition unavailable also sees why."""
-        s = self.strategy
-        with self.lock:
-            fault = len(self.faults)
-            self.fault("lost", m, f"coalition {m} unavailable: {why}"
-                       + (f" (task {task.task_id})" if task is not None else ""))
-            s.mark_unavailable(m)
-            if task is not None:
-                task.expired = why
-            new = [self.make_task(d) for d in s.refill()]
-            if new:
-                self.faults[fault]["detail"] += (
-                    f"; dispatched {[t.dispatch.coalition for t in new]}")
-            self.save_checkpoint()
-            return new
+        returns the new tasks (holding the lock). The fault is recorded before the state
+        changes: a reader that sees the coalition unavailable also sees why."""
+        s = self.fed.strategy
+        fault = self.log.fault("lost", m, f"coalition {m} unavailable: {why}"
+                               + (f" (task {task.task_id})" if task is not None else ""),
+                               s.round)
+        s.mark_unavailable(m)
+        if task is not None:
+            task.expired = why
+        new = [self.tasks.make(d, s) for d in s.refill()]
+        if new:
+            fault["detail"] += f"; dispatched {[t.dispatch.coalition for t in new]}"
+        self.durability.save(self.fed)
+        return new
 
     def take_back(self, m: int, why: str) -> list[TaskState]:
-        """Let coalition m be scheduled again and fill free slots; returns the new tasks."""
-        s = self.strategy
-        with self.lock:  # fault first, then the state change (see lose)
-            self.fault("back", m, f"coalition {m} available again: {why}")
-            s.mark_available(m)
-            new = [self.make_task(d) for d in s.refill()]
-            self.save_checkpoint()
-            return new
+        """Let coalition m be scheduled again and fill free slots; returns the new tasks
+        (holding the lock). The fault first, then the state change (see :meth:`lose`)."""
+        s = self.fed.strategy
+        self.log.fault("back", m, f"coalition {m} available again: {why}", s.round)
+        s.mark_available(m)
+        new = [self.tasks.make(d, s) for d in s.refill()]
+        self.durability.save(self.fed)
+        return new
+
+
+__all__ = ["Arrivals"]

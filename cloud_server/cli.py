@@ -162,12 +162,10 @@ async def _run(args: argparse.Namespace, cfg: Any, evaluator: Any, credentials: 
     max_bytes = None if args.max_message_mb is None else int(args.max_message_mb * 2**20)
     result = await serve(service, args.listen, on_bound=bound, stop=stop,
                          credentials=credentials, max_message_bytes=max_bytes)
-    if service.failure is not None:
-        print(f"{PROG}: error: {service.failure}", file=sys.stderr)
-        return 1
     if result is None:
-        if service.strategy is not None and service.records:
-            partial = await asyncio.to_thread(service.write_results)
+        controller = service.controller
+        if controller.strategy is not None and controller.records:
+            partial = await asyncio.to_thread(controller.write_results)
             log.info("stopped after %d of %d rounds; partial results in %s",
                      partial["rounds"], cfg.run.global_rounds, args.out)
         else:

@@ -1,52 +1,84 @@
-"""The controller's durable state: what a checkpoint holds and how a run resumes from it
-(part of :class:`cloud_server.controller.CloudController`). ``cloud_server.checkpoint`` stores
-the result atomically; the dataclasses' own ``to_state``/``from_state`` live in
-``cloud_server.state``.
+"""The cloud's durable state: what a checkpoint holds, and how a run resumes from it.
+
+:class:`Durability` builds the checkpoint state from the run's state objects and stores it with
+its :class:`~cloud_server.checkpoint.CheckpointStore` (which writes atomically and knows nothing
+of the cloud); the dataclasses' own ``to_state``/``from_state`` live in ``cloud_server.state``.
+Resuming takes two steps: :meth:`Durability.read` checks a checkpoint against this run and
+decodes the federation it describes (the controller installs it), then :meth:`~Durability.restore`
+puts back everything else.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from types import SimpleNamespace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from fedcure_app.config import FedCureConfig
 from fedcure_app.protocol.codec import CodecError, decode_arrays
-from cloud_server.checkpoint import CheckpointError, config_diff
-from cloud_server.state import ClientEntry, Phase, TaskState, jsonable
+from cloud_server.checkpoint import CheckpointError, CheckpointStore, config_diff
+from cloud_server.screening import NormScreen
+from cloud_server.state import (
+    ClientEntry, Federation, Roster, RunLog, TaskBook, TaskState, jsonable,
+)
 
 log = logging.getLogger("fedcure.cloud")
 
 
-class DurableState:
-    """``to_state``/``from_state``/``save_checkpoint`` of a :class:`CloudController`."""
+@dataclass(frozen=True)
+class Saved:
+    """A checkpoint read back: its state and models, and the federation it describes."""
 
-    # attributes of CloudController used here (and its methods install, make_task,
-    # global_model_bytes, finished)
-    cfg: Any
-    strategy: Any
-    checkpoints: Any
-    tasks: dict[str, TaskState]
-    clients: dict[str, ClientEntry]
-    edge_addresses: dict[int, str]
-    t0: float | None
+    state: dict[str, Any]
+    models: dict[int, bytes]
+    clients: list[ClientEntry]
+    initial_assignment: np.ndarray
+    assignment: np.ndarray
+    formation: dict[str, Any]
+    jsd: tuple[float, float] | None
+    arrays: list[np.ndarray]
 
-    def save_checkpoint(self) -> None:
-        """Write the durable state (worker thread, holding ``self.lock``)."""
-        if self.checkpoints is None or self.strategy is None:
+
+class Durability:
+    """Checkpoint state of a run: :meth:`save` (after every change) and resumption.
+
+    Parameters
+    ----------
+    cfg:
+        The configuration; a checkpoint written with another one (beyond the keys a resumed run
+        may change) is refused.
+    store:
+        Where checkpoints go (None: nothing is saved).
+    roster, log, tasks, screen:
+        The state objects a checkpoint holds besides the federation.
+    """
+
+    def __init__(self, cfg: FedCureConfig, store: CheckpointStore | None, roster: Roster,
+                 log: RunLog, tasks: TaskBook, screen: NormScreen) -> None:
+        self.cfg = cfg
+        self.store = store
+        self.roster = roster
+        self.log = log
+        self.tasks = tasks
+        self.screen = screen
+
+    def save(self, federation: Federation | None) -> None:
+        """Write the durable state (worker thread, holding the controller's lock); nothing
+        before formation or without a store."""
+        if self.store is None or federation is None:
             return
-        state, models = self.to_state()
-        self.checkpoints.save(state, models)
+        state, models = self.state(federation)
+        self.store.save(state, models)
 
-    def to_state(self) -> tuple[dict[str, Any], dict[int, bytes | memoryview]]:
-        """The durable state and the model bytes it needs (call holding ``self.lock``)."""
-        s = self.strategy
-        assert s is not None and self.assignment is not None
+    def state(self, federation: Federation) -> tuple[dict[str, Any], dict[int, bytes | memoryview]]:
+        """The durable state and the model bytes it needs (holding the lock)."""
+        fed, s = federation, federation.strategy
         strategy_state = s.state_dict()
         strategy_state.pop("global_arrays")
-        models: dict[int, bytes | memoryview] = {s.version: self.global_model_bytes()}
+        models: dict[int, bytes | memoryview] = {s.version: self.tasks.model_bytes(s)}
         tasks: dict[str, Any] = {}
         in_flight: dict[str, str] = {}
         now_mono, now_wall = time.monotonic(), time.time()
@@ -62,78 +94,85 @@ class DurableState:
             elif t.reply is None and t.expired is None:
                 continue  # a task neither answered, expired nor expected: nothing to remember
             tasks[tid] = t.to_state(now_mono, now_wall)
+        reg, run = self.roster, self.log
         state = {
             "config": self.cfg.model_dump(mode="json"),
-            "expected_clients": self.expected_clients,
-            "phase": "done" if self.finished() else "training",
+            "expected_clients": reg.expected_clients,
+            "phase": "done" if fed.finished(self.cfg.run.global_rounds) else "training",
             "strategy": strategy_state,
-            "clients": [c.to_state() for c in sorted(self.clients.values(),
-                                                     key=lambda c: c.client_id or 0)],
-            "assignment": np.asarray(self.assignment).tolist(),
-            "initial_assignment": np.asarray(self.initial_assignment).tolist(),
-            "formation": {"moves": getattr(self.formation, "moves", None),
-                          "stable": getattr(self.formation, "stable", None)},
-            "jsd": list(self.jsd_pair) if self.jsd_pair else None,
-            "initial_accuracy": self.initial_accuracy,
-            "records": self.records,
-            "faults": self.faults,
+            "clients": [c.to_state() for c in reg.by_id()],
+            "assignment": np.asarray(fed.assignment).tolist(),
+            "initial_assignment": np.asarray(fed.initial_assignment).tolist(),
+            "formation": dict(fed.formation),
+            "jsd": list(fed.jsd) if fed.jsd else None,
+            "initial_accuracy": run.initial_accuracy,
+            "records": run.records,
+            "faults": run.faults,
             "tasks": tasks,
             "in_flight_tasks": in_flight,
             "screen": self.screen.state_dict(),
-            "claims": dict(self.claims),
-            "edges": {str(m): a for m, a in self.edge_addresses.items()},
-            "elapsed_s": (now_mono - self.t0) if self.t0 is not None else 0.0,
+            "claims": dict(reg.claims),
+            "edges": {str(m): a for m, a in reg.edge_addresses.items()},
+            "elapsed_s": (now_mono - run.t0) if run.t0 is not None else 0.0,
         }
         return jsonable(state), models
 
-    def from_state(self, state: dict[str, Any], models: dict[int, bytes]) -> None:
-        """Rebuild the controller (before any request) from :meth:`to_state`'s output."""
+    def read(self, state: dict[str, Any], models: dict[int, bytes]) -> Saved:
+        """Check a checkpoint against this run and decode the federation it describes."""
         diff = config_diff(state.get("config", {}), self.cfg.model_dump(mode="json"))
         if diff:
             raise CheckpointError("the checkpoint was written with a different configuration ("
                                   + "; ".join(diff[:4]) + "); use another --out or the same flags")
-        if int(state["expected_clients"]) != self.expected_clients:
+        expected = self.roster.expected_clients
+        if int(state["expected_clients"]) != expected:
             raise CheckpointError(f"the checkpoint expects {state['expected_clients']} clients, "
-                                  f"not {self.expected_clients}")
+                                  f"not {expected}")
         try:
             version = int(state["strategy"]["version"])
             arrays = [np.array(a) for a in decode_arrays(models[version])]
         except (KeyError, CodecError) as err:
             raise CheckpointError(f"checkpoint global model unreadable: {err}") from None
-        clients = [ClientEntry.from_state(c) for c in state["clients"]]
-        jsd = tuple(state["jsd"]) if state.get("jsd") else None
-        self.clients = {c.name: c for c in clients}
-        s = self.install(clients, np.asarray(state["initial_assignment"], dtype=np.int64),
-                         np.asarray(state["assignment"], dtype=np.int64),
-                         SimpleNamespace(**state["formation"]), jsd, arrays)  # type: ignore[arg-type]
-        s.load_state_dict({**state["strategy"], "global_arrays": arrays})
-        self.records = list(state["records"])
-        self.faults = list(state.get("faults", []))
-        self.initial_accuracy = state.get("initial_accuracy")
+        return Saved(
+            state=state, models=models,
+            clients=[ClientEntry.from_state(c) for c in state["clients"]],
+            initial_assignment=np.asarray(state["initial_assignment"], dtype=np.int64),
+            assignment=np.asarray(state["assignment"], dtype=np.int64),
+            formation={"moves": state["formation"].get("moves"),
+                       "stable": state["formation"].get("stable")},
+            jsd=tuple(state["jsd"]) if state.get("jsd") else None,  # type: ignore[arg-type]
+            arrays=arrays,
+        )
+
+    def restore(self, federation: Federation, saved: Saved) -> None:
+        """Put back the strategy's state, the log, the screen, the claims and edges, and the
+        tasks of a checkpoint, into the just installed ``federation`` (before any request)."""
+        state, models = saved.state, saved.models
+        s = federation.strategy
+        s.load_state_dict({**state["strategy"], "global_arrays": saved.arrays})
+        run = self.log
+        run.records[:] = list(state["records"])
+        run.faults[:] = list(state.get("faults", []))
+        run.initial_accuracy = state.get("initial_accuracy")
         self.screen.load_state_dict(state["screen"])
-        self.claims = {str(k): int(v) for k, v in state.get("claims", {}).items()}
-        for m, addr in state.get("edges", {}).items():
-            if int(m) in self.edge_addresses:
-                self.edge_addresses[int(m)] = addr
+        self.roster.restore(
+            saved.clients, {str(k): int(v) for k, v in state.get("claims", {}).items()},
+            {int(m): a for m, a in state.get("edges", {}).items()})
         now_mono, now_wall = time.monotonic(), time.time()
         live = {v: k for k, v in state["in_flight_tasks"].items()}
         for tid, t in state["tasks"].items():
             if tid in live:
                 d = s.in_flight[int(t["coalition"])]
-                task = self.make_task(d, task_id=tid, model=models[d.version])
+                task = self.tasks.make(d, s, task_id=tid, model=models[d.version])
                 task.sent_at = TaskState.sent_from_state(t, now_mono, now_wall)
             else:
-                task = TaskState.finished_from_state(tid, t)
-            self.tasks[tid] = task
+                self.tasks.add(TaskState.finished_from_state(tid, t))
         missing = set(s.in_flight) - {int(m) for m in state["in_flight_tasks"]}
         if missing:
             raise CheckpointError(f"checkpoint lacks the tasks of coalitions {sorted(missing)}")
-        self.t0 = now_mono - float(state["elapsed_s"])
-        self.phase = Phase.TRAINING
-        self.forming = True
+        run.t0 = now_mono - float(state["elapsed_s"])
         log.info("resumed from checkpoint: version %d, round %d, %d records, %d coalitions in "
-                 "flight %s, unavailable %s", s.version, s.round, len(self.records),
+                 "flight %s, unavailable %s", s.version, s.round, len(run.records),
                  len(s.in_flight), sorted(s.in_flight), sorted(s.unavailable))
 
 
-__all__ = ["DurableState"]
+__all__ = ["Durability", "Saved"]

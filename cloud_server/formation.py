@@ -1,17 +1,29 @@
-"""Coalition bookkeeping of the cloud that does not depend on the rule: client order, the
-initial client→ES association from home ESs, and no coalition left empty.
+"""Forming the cloud's federation: client order, the initial client→ES association from home
+ESs, no coalition left empty (:func:`partition`), and the strategy of the formed federation
+(:func:`build_federation`). Pure: nothing here holds a lock or touches the network.
 
 The rules themselves (``none``, ``kmeans``, ``meanshift``, ``fedcure``, ``selfish``,
-``pareto``) are dispatched by :func:`fedcure_app.federation.form`, shared with the simulation.
+``pareto``) are dispatched by :func:`fedcure_app.federation.form`, and the latency prior and the
+strategy are built by :mod:`fedcure_app.federation`, shared with the simulation.
 """
 
 from __future__ import annotations
 
+import logging
 import re
+import time
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
+from fedcure_app.config import FedCureConfig
+from fedcure_app.core.divergence import average_pairwise_jsd, coalition_label_counts
+from fedcure_app.devices import PopulationArrays
+from fedcure_app.federation import build_strategy, coalitions_of, form, prior_latency
+from cloud_server.state import ClientEntry, Federation
+
+log = logging.getLogger("fedcure.cloud")
 
 
 def natural_key(name: str) -> list[Any]:
@@ -58,4 +70,47 @@ def initial_partition(homes: Sequence[int | None], num_edges: int) -> tuple[np.n
     return fill_empty_coalitions(a, num_edges)
 
 
-__all__ = ["fill_empty_coalitions", "initial_partition", "natural_key"]
+def partition(cfg: FedCureConfig, clients: Sequence[ClientEntry]
+              ) -> tuple[np.ndarray, np.ndarray, dict[str, Any], tuple[float, float]]:
+    """Form the coalitions of ``clients`` (in id order) with the configured rule: the initial
+    and the formed ES per client id, the rule's ``moves`` and ``stable``, and the average
+    pairwise JSD Φ before and after (nats)."""
+    m = cfg.federation.num_edges
+    counts = np.stack([c.label_counts for c in clients])
+    initial, notes = initial_partition([c.home_edge for c in clients], m)
+    for note in notes:
+        log.warning("initial partition: %s", note)
+    t = time.perf_counter()
+    assignment, result = form(cfg, counts, initial)
+    assignment, notes = fill_empty_coalitions(assignment, m)
+    for note in notes:
+        log.warning("formation left a coalition empty: %s", note)
+    coalitions = coalitions_of(assignment, m)
+    jsd = (float(average_pairwise_jsd(coalition_label_counts(counts, initial, m))),
+           float(average_pairwise_jsd(coalition_label_counts(counts, assignment, m))))
+    log.info("coalition formation (%s) over %d clients in %.2f s: sizes %s, average JSD "
+             "%.4f -> %.4f", cfg.method.formation, len(clients), time.perf_counter() - t,
+             [len(c) for c in coalitions], jsd[0], jsd[1])
+    formation = {"moves": getattr(result, "moves", None), "stable": getattr(result, "stable", None)}
+    return initial, assignment, formation, jsd
+
+
+def build_federation(cfg: FedCureConfig, clients: Sequence[ClientEntry], initial: np.ndarray,
+                     assignment: np.ndarray, formation: dict[str, Any],
+                     jsd: tuple[float, float] | None, arrays: list[np.ndarray]) -> Federation:
+    """The formed federation of ``clients`` (in id order) with its strategy: the latency prior
+    from the device profiles, the global model ``arrays`` (the caller gives the clients their
+    ids)."""
+    counts = np.stack([c.label_counts for c in clients])
+    coalitions = coalitions_of(assignment, cfg.federation.num_edges)
+    model_bytes = int(sum(a.nbytes for a in arrays))
+    population = PopulationArrays.from_profiles([c.profile for c in clients], cfg.data.dataset)
+    prior = prior_latency(population, coalitions, cfg.method.tau_c * cfg.method.batch_size,
+                          model_bytes, cfg.method.tau_e, cfg.devices.edge_link_mbps)
+    strategy = build_strategy(cfg, coalitions, counts.sum(axis=1).astype(np.float64),
+                              population, prior, arrays, deployed=True)
+    return Federation(strategy, tuple(clients), initial, assignment, formation, population, jsd)
+
+
+__all__ = ["build_federation", "fill_empty_coalitions", "initial_partition", "natural_key",
+           "partition"]

@@ -4,12 +4,10 @@ An ES reports the edge round its task is training and the clients it still waits
 ``edge_server.progress``). :class:`ProgressBoard` keeps the latest report per coalition, logs it
 (``coalition 1: task r3-c1-v2 edge round 4/12, waiting for clients [3, 5], 35 s in, ETA ~40 s``) on
 every new edge round and at least every ``log_every_s`` seconds while reports keep coming, and
-answers ``Monitor.Status`` with a :class:`~fedcure_app.protocol.cloud_pb2.CoalitionProgress` per
-task still in flight. The ETA comes from the latency estimator: the task's estimate T̂_m at
-dispatch, split evenly over its τ_e edge rounds (:func:`eta_s`).
-
-:func:`progress_handler` serves the RPC next to the codec's EdgeLink handler; :func:`on_progress`
-is its body (token and edge identity checked like every EdgeLink call).
+gives ``Monitor.Status`` a :class:`ProgressRow` per task still in flight. The ETA comes from the
+latency estimator: the task's estimate T̂_m at dispatch, split evenly over its τ_e edge rounds
+(:func:`eta_s`). The controller holds the board (``CloudController.report_progress``);
+:func:`progress_handler` serves the RPC next to the codec's EdgeLink handler.
 """
 
 from __future__ import annotations
@@ -54,6 +52,20 @@ class Report:
     received_at: float  # clock() when it came
 
 
+@dataclass(frozen=True)
+class ProgressRow:
+    """Where one coalition's task stands as of a moment: ``waiting``: ids of the clients still
+    training; ``elapsed_s`` and ``eta_s`` as of then; ``age_s``: how old the report is."""
+
+    coalition: int
+    edge_round: int
+    tau_e: int
+    waiting: tuple[int, ...]
+    elapsed_s: float
+    eta_s: float
+    age_s: float
+
+
 class ProgressBoard:
     """The latest report per coalition, logged and shown in ``Monitor.Status``."""
 
@@ -77,25 +89,27 @@ class ProgressBoard:
         log.info("%s", describe(report))
         return True
 
+    def now(self) -> float:
+        """The board's clock (seconds; ``Report.received_at`` is on it)."""
+        return self._clock()
+
     def forget(self, coalition: int) -> None:
         """Drop coalition's last progress report (its task ended or was given up)."""
         self._reports.pop(coalition, None)
 
-    def snapshot(self, live: Callable[[str], bool]) -> list[pb.CoalitionProgress]:
+    def snapshot(self, live: Callable[[str], bool]) -> tuple[ProgressRow, ...]:
         """The reports of tasks still in flight (``live(task_id)``), ages and ETAs as of now."""
         now = self._clock()
         out = []
-        for m in sorted(self._reports):
-            r = self._reports[m]
+        for r in sorted(list(self._reports.values()), key=lambda r: r.coalition):
             if not live(r.task_id):
                 continue
             age = max(0.0, now - r.received_at)
-            out.append(pb.CoalitionProgress(
-                coalition=m, edge_round=r.edge_round, tau_e=r.tau_e,
-                training_client_ids=list(r.waiting), elapsed_s=r.elapsed_s + age,
-                eta_s=eta_s(r.edge_round, r.tau_e, r.estimate_s, r.elapsed_s + age),
-                age_s=age))
-        return out
+            out.append(ProgressRow(
+                coalition=r.coalition, edge_round=r.edge_round, tau_e=r.tau_e,
+                waiting=r.waiting, elapsed_s=r.elapsed_s + age,
+                eta_s=eta_s(r.edge_round, r.tau_e, r.estimate_s, r.elapsed_s + age), age_s=age))
+        return tuple(out)
 
 
 def describe(r: Report) -> str:
@@ -114,59 +128,15 @@ def describe(r: Report) -> str:
             f"ETA ~{eta:.0f} s (estimate T^ {r.estimate_s:.0f} s{late})")
 
 
-async def on_progress(service: Any, request: pb.ProgressRequest, context: Any
-                      ) -> pb.ProgressReply:
-    """``EdgeLink.Progress`` on ``service`` (a :class:`cloud_server.service.CloudService`)."""
-    from cloud_server.errors import CloudError
-
-    try:
-        m = service.check_edge(request.token, request.edge_id, context)
-        task = service.tasks.get(request.task_id)
-        if task is not None and task.dispatch.coalition != m:
-            raise CloudError(grpc.StatusCode.INVALID_ARGUMENT,
-                             f"task {request.task_id[:80]!r} belongs to edge "
-                             f"{task.dispatch.coalition}, not edge {m}")
-        if not (0 <= request.edge_round <= request.tau_e <= 1_000_000
-                and request.elapsed_s >= 0 and len(request.training_client_ids) <= 100_000):
-            raise CloudError(grpc.StatusCode.INVALID_ARGUMENT,
-                             "edge_round must be in [0, tau_e], elapsed_s >= 0")
-    except CloudError as err:
-        await context.abort(err.code, err.message)
-        raise  # unreachable: abort raises
-    if task is None or task.reply is not None or task.expired is not None or service.done:
-        return pb.ProgressReply(expected=False)
-    members = set(task.dispatch.clients)
-    service.progress.update(Report(
-        task_id=task.task_id, coalition=m, edge_round=int(request.edge_round),
-        tau_e=int(request.tau_e),
-        waiting=tuple(int(c) for c in request.training_client_ids if c in members),
-        elapsed_s=float(request.elapsed_s), estimate_s=float(task.dispatch.t_hat_s),
-        received_at=service.progress._clock()))
-    return pb.ProgressReply(expected=True)
-
-
-def progress_handler(service: Any) -> grpc.GenericRpcHandler:
-    """Serves ``fedcure.v1.EdgeLink/Progress`` (next to the codec's EdgeLink handler)."""
-
-    async def handle(request: pb.ProgressRequest, context: Any) -> pb.ProgressReply:
-        return await on_progress(service, request, context)
-
+def progress_handler(servicer: Any) -> grpc.GenericRpcHandler:
+    """Serves ``fedcure.v1.EdgeLink/Progress`` with ``servicer.Progress`` (next to the codec's
+    EdgeLink handler, which serves the other EdgeLink methods)."""
     return grpc.method_handlers_generic_handler("fedcure.v1.EdgeLink", {
         "Progress": grpc.unary_unary_rpc_method_handler(
-            handle, request_deserializer=pb.ProgressRequest.FromString,
+            servicer.Progress, request_deserializer=pb.ProgressRequest.FromString,
             response_serializer=pb.ProgressReply.SerializeToString),
     })
 
 
-def live_task(service: Any) -> Callable[[str], bool]:
-    """``task_id -> bool``: the task is still expected (no answer, not expired)."""
-
-    def live(task_id: str) -> bool:
-        t = service.tasks.get(task_id)
-        return t is not None and t.reply is None and t.expired is None and not service.done
-
-    return live
-
-
-__all__ = ["LOG_EVERY_S", "ProgressBoard", "Report", "describe", "eta_s", "live_task",
-           "on_progress", "progress_handler"]
+__all__ = ["LOG_EVERY_S", "ProgressBoard", "ProgressRow", "Report", "describe", "eta_s",
+           "progress_handler"]

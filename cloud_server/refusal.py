@@ -1,7 +1,8 @@
 """The cloud controller's refusal: a reason and a one-line message, no transport attached.
 
-:class:`cloud_server.controller.CloudController` raises :class:`Refusal`; the gRPC servicer
-turns it into a status code of the same name (``cloud_server.errors.CloudError.of``).
+The controller and the run loop (:mod:`cloud_server.controller`, :mod:`cloud_server.runloop`)
+raise :class:`Refusal`; the gRPC servicer turns it into the status code of the same name
+(``cloud_server.errors.CloudError.of``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ class Reason(enum.Enum):
     FAILED_PRECONDITION = "the cloud is not in a state that allows it"
     RESOURCE_EXHAUSTED = "nothing is left to give"
     UNAVAILABLE = "try again later (nothing changed)"
+    ABORTED = "a newer call replaced this one"
     DEADLINE_EXCEEDED = "the wait ran out; ask again"
     UNAUTHENTICATED = "wrong or missing credential"
     PERMISSION_DENIED = "the credential does not allow it"

@@ -1,5 +1,4 @@
-"""The run's result (``result.json``), final model and plots, built from the controller's state
-(part of :class:`cloud_server.controller.CloudController`).
+"""The run's result (``result.json``), final model and plots: :class:`ResultsWriter`.
 
 The keys follow the simulation engine's summary where they apply (``mode`` says
 ``deployment``); plots come from :mod:`fedcure_app.run_plots`, the one place that draws a
@@ -15,60 +14,59 @@ from typing import Any
 
 import numpy as np
 
-from fedcure_app.protocol.codec import encode_arrays
+from fedcure_app.config import FedCureConfig
+from cloud_server.checkpoint import CheckpointStore
 from cloud_server.reach import max_shares
+from cloud_server.state import Federation, Roster, RunLog
 
 log = logging.getLogger("fedcure.cloud")
 
 
 class ResultsWriter:
-    """``summary()`` and ``write_results()`` of a :class:`CloudController`."""
+    """The run's summary, and the files it is written to.
 
-    # attributes of CloudController used here
-    cfg: Any
-    lock: Any
-    strategy: Any
-    records: list[dict[str, Any]]
-    num_edges: int
-    assignment: Any
-    initial_assignment: Any
-    formation: Any
-    clients: dict[str, Any]
-    jsd_pair: tuple[float, float] | None
-    initial_accuracy: float | None
-    warnings: list[dict[str, Any]]
-    faults: list[dict[str, Any]]
-    edge_addresses: dict[int, str]
-    checkpoints: Any
-    out_dir: Path | None
-    write_plots: bool
+    Parameters
+    ----------
+    cfg:
+        The configuration (copied into the result).
+    out_dir:
+        Where ``result.json``, ``final_model.safetensors`` and the plots go (None: nothing is
+        written).
+    write_plots:
+        Write the PNG plots too.
+    """
 
-    def summary(self) -> dict[str, Any]:
-        """The run's result dict: the engine's summary keys where they apply."""
-        strategy = self.strategy
-        assert strategy is not None
-        with self.lock:
-            records = [dict(r) for r in self.records]
-            part = strategy.participation.copy()
+    def __init__(self, cfg: FedCureConfig, out_dir: str | Path | None = None,
+                 write_plots: bool = True) -> None:
+        self.cfg = cfg
+        self.out_dir = Path(out_dir) if out_dir is not None else None
+        self.write_plots = write_plots
+
+    def summary(self, federation: Federation, roster: Roster, run: RunLog,
+                checkpoints: CheckpointStore | None) -> dict[str, Any]:
+        """The run's result dict, the engine's summary keys where they apply (call holding the
+        controller's lock: it reads the strategy and copies the records)."""
+        strategy = federation.strategy
+        records = [dict(r) for r in run.records]
+        part = strategy.participation.copy()
         share = part / max(1, part.sum())
         lat = np.array([r["latency_s"] for r in records])
         try:
-            with self.lock:
-                reach = max_shares(strategy.estimator.mean(), strategy.max_concurrent).tolist()
+            reach = max_shares(strategy.estimator.mean(), strategy.max_concurrent).tolist()
         except ValueError:
             reach = None
         accs = [r["accuracy"] for r in records if r["accuracy"] is not None]
-        m = self.num_edges
-        assert self.assignment is not None and self.initial_assignment is not None
-        coalitions = [np.flatnonzero(self.assignment == e).tolist() for e in range(m)]
-        by_id = sorted(self.clients.values(), key=lambda c: c.client_id or 0)
-        jsd = self.jsd_pair
+        m = roster.num_edges
+        assignment = federation.assignment
+        coalitions = [np.flatnonzero(assignment == e).tolist() for e in range(m)]
+        jsd = federation.jsd
+        cfg = self.cfg
         return {
-            "config": self.cfg.model_dump(mode="json", by_alias=True),
+            "config": cfg.model_dump(mode="json", by_alias=True),
             "mode": "deployment",
-            "complete": len(records) >= self.cfg.run.global_rounds,
-            "dataset": self.cfg.data.dataset,
-            "initial_accuracy": self.initial_accuracy,
+            "complete": len(records) >= cfg.run.global_rounds,
+            "dataset": cfg.data.dataset,
+            "initial_accuracy": run.initial_accuracy,
             "final_accuracy": accs[-1] if accs else None,
             "best_accuracy": max(accs) if accs else None,
             "rounds": len(records),
@@ -79,11 +77,11 @@ class ResultsWriter:
             "initial_jsd": jsd[0] if jsd else None,
             "formed_jsd": jsd[1] if jsd else None,
             "formation": {
-                "rule": self.cfg.method.formation,
-                "initial_assignment": np.asarray(self.initial_assignment).tolist(),
-                "assignment": np.asarray(self.assignment).tolist(),
-                "moves": getattr(self.formation, "moves", None),
-                "stable": getattr(self.formation, "stable", None),
+                "rule": cfg.method.formation,
+                "initial_assignment": np.asarray(federation.initial_assignment).tolist(),
+                "assignment": np.asarray(assignment).tolist(),
+                "moves": federation.formation.get("moves"),
+                "stable": federation.formation.get("stable"),
             },
             "participation": {
                 "rounds": part.tolist(),
@@ -92,38 +90,34 @@ class ResultsWriter:
                 # upper bound on each coalition's share given K and the latency estimates
                 "max_share": reach,
             },
-            "warnings": list(self.warnings),
+            "warnings": list(run.warnings),
             "late_rounds": sum(1 for r in records if r.get("late")),
             "clients": [
                 {"id": c.client_id, "name": c.name, "edge": c.edge_id, "home_edge": c.home_edge,
                  "device": c.profile.name, "samples": int(c.label_counts.sum())}
-                for c in by_id
+                for c in roster.by_id()
             ],
-            "edges": {str(e): a for e, a in self.edge_addresses.items()},
+            "edges": {str(e): a for e, a in roster.edge_addresses.items()},
             "final_version": strategy.version,
-            "faults": list(self.faults),
-            "checkpoints": None if self.checkpoints is None else {
-                "dir": str(self.checkpoints.dir), "writes": self.checkpoints.writes,
-                "seconds": self.checkpoints.seconds},
+            "faults": list(run.faults),
+            "checkpoints": None if checkpoints is None else {
+                "dir": str(checkpoints.dir), "writes": checkpoints.writes,
+                "seconds": checkpoints.seconds},
             "records": records,
         }
 
-    def write_results(self) -> dict[str, Any]:
-        """:meth:`summary`, written as ``result.json`` with ``final_model.safetensors`` and the
-        plots into ``out_dir`` (nothing written without one); returns the summary."""
-        result = self.summary()
+    def write(self, result: dict[str, Any], final_model: bytes | None) -> None:
+        """``result`` as ``result.json``, ``final_model`` (safetensors bytes) as
+        ``final_model.safetensors``, and the plots, into ``out_dir`` (nothing without one)."""
         if self.out_dir is None:
-            return result
+            return
         out = self.out_dir
         out.mkdir(parents=True, exist_ok=True)
         tmp = out / "result.json.tmp"
         tmp.write_text(json.dumps(result, indent=1))
         tmp.replace(out / "result.json")
-        with self.lock:
-            blob = encode_arrays(self.strategy.global_arrays,
-                                 {"version": str(self.strategy.version),
-                                  "rounds": str(len(self.records))})
-        (out / "final_model.safetensors").write_bytes(blob)
+        if final_model is not None:
+            (out / "final_model.safetensors").write_bytes(final_model)
         if self.write_plots:
             # lazy on purpose: matplotlib costs the cloud's start-up a second or more, and
             # only the end of a run needs it
@@ -133,4 +127,6 @@ class ResultsWriter:
                 write_run_plots(result, out)  # wall-clock axes; title names both rules
             except Exception:  # noqa: BLE001 - plots are a convenience
                 log.exception("writing the plots failed")
-        return result
+
+
+__all__ = ["ResultsWriter"]

@@ -1,6 +1,6 @@
 """Serving the cloud: bind the gRPC server (plaintext or TLS, the request guard, message
-limits), start the :class:`CloudService` (which resumes a checkpoint when asked), run until the
-run ends or ``stop`` is set, linger so pollers see DONE, shut down; and :class:`CloudServer`,
+limits), start the :class:`CloudService` (its run loop resumes a checkpoint when asked), run until
+the run ends or ``stop`` is set, linger so pollers see DONE, shut down; and :class:`CloudServer`,
 the same from a background thread (tests, benchmarks, notebooks).
 """
 
@@ -17,7 +17,8 @@ from fedcure_app.protocol import cloud_pb2_grpc as pb_grpc
 from fedcure_app.protocol.codec import GRPC_OPTIONS, edge_link_handler
 from cloud_server.guard import MalformedRequestGuard
 from cloud_server.progress import progress_handler
-from cloud_server.service import PHASE_DONE, CloudService
+from cloud_server.service import CloudService
+from cloud_server.state import Phase
 
 
 class AddressInUse(OSError):
@@ -25,7 +26,8 @@ class AddressInUse(OSError):
 
 
 def add_servicers(server: grpc.aio.Server, service: CloudService) -> None:
-    """Serve the three services; EdgeLink with the codec's fast wire path for models."""
+    """Serve the three services on ``service``'s handlers; EdgeLink with the codec's fast wire
+    path for models (and Progress beside it)."""
     pb_grpc.add_AssociationServicer_to_server(service, server)
     server.add_generic_rpc_handlers((edge_link_handler(service), progress_handler(service)))
     pb_grpc.add_MonitorServicer_to_server(service, server)
@@ -89,7 +91,8 @@ async def serve(service: CloudService, listen: str, *,
         waiters.append(asyncio.ensure_future(stop.wait()))
     try:
         await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-        if linger_s > 0 and service.phase == PHASE_DONE and not (stop and stop.is_set()):
+        if (linger_s > 0 and service.controller.phase == Phase.DONE
+                and not (stop and stop.is_set())):
             pending = [w for w in waiters if not w.done()]  # the stop event, if any
             if pending:
                 await asyncio.wait(pending, timeout=linger_s)
@@ -100,7 +103,7 @@ async def serve(service: CloudService, listen: str, *,
             w.cancel()
         await service.close()
         await server.stop(grace_s)
-    return service.result
+    return service.controller.result
 
 
 class CloudServer:

@@ -95,7 +95,7 @@ def state_of(server: CloudServer) -> dict[str, Any]:
     """Everything a bad request must not change: model bytes, version, queues, in flight, ..."""
 
     def grab() -> dict[str, Any]:
-        svc = server.service
+        svc = server.service.controller
         with svc.lock:
             s = svc.strategy
             if s is None:

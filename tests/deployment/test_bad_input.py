@@ -200,13 +200,13 @@ def test_submits_after_the_end_are_not_aggregated(cleanup):
     t0, t1 = e0.next_task(), e1.next_task()
     assert e0.submit(t0).accepted
     assert server.join(10)  # the run is over and the server has stopped
-    svc = server.service
+    svc = server.service.controller
     before = (svc.strategy.version, [a.copy() for a in svc.strategy.global_arrays],
               len(svc.records))
     late = pb.SubmitRequest(task_id=t1.task_id, edge_id=1, num_samples=10,
                             model=encode_arrays(like(t1)), latency_s=0.1)
-    reply = asyncio.run(svc.submit(late))
+    reply = asyncio.run(server.service.submit(late))
     assert not reply.accepted and "over" in reply.detail
-    assert asyncio.run(svc.submit(late)) == reply  # idempotent too
+    assert asyncio.run(server.service.submit(late)) == reply  # idempotent too
     assert (svc.strategy.version, len(svc.records)) == (before[0], before[2])
     assert all(np.array_equal(a, b) for a, b in zip(svc.strategy.global_arrays, before[1]))

@@ -169,11 +169,11 @@ def test_sigkilled_cloud_resumes_without_losing_or_repeating_updates(tmp_path: P
     assert len([f for f in result["faults"] if f["kind"] == "resumed"]) == 2
 
     # the final model is exactly the replay of the accepted updates from the initial model
-    from cloud_server.service import CloudService
+    from cloud_server.controller import initial_model
 
     cfg = apply_flat(FedCureConfig(), {"num-edges": 2, "num-clients": 4,
                                        "global-rounds": rounds, "formation": "none"})
-    models = {0: CloudService(cfg, expected_clients=4).build_initial_arrays()}
+    models = {0: initial_model(cfg)}
     glob = models[0]
     for r in records:
         base = r["version"] - 1 - r["staleness"]

@@ -97,7 +97,7 @@ def test_registration_follows_the_formation_rule(cleanup):
     expected = form_coalitions(np.array(counts), np.array(homes), m, rule="fedcure",
                                seed=cfg.run.seed).assignment
     assert [r.edge_id for r in replies] == [int(e) for e in expected]
-    assert server.service.strategy.coalitions == [
+    assert server.service.controller.strategy.coalitions == [
         tuple(np.flatnonzero(np.asarray(expected) == e)) for e in range(m)]
 
 
@@ -139,7 +139,7 @@ def test_a_wrong_token_is_unauthenticated(cleanup):
 def test_submit_aggregates_with_the_staleness_weight(cleanup, fast):
     server, fakes, _, replies = federation(cleanup, clients=6, edges=3, fast=fast,
                                            **{"max-concurrent": 3})
-    strategy = server.service.strategy
+    strategy = server.service.controller.strategy
     tasks = [f.next_task() for f in fakes]
     assert [t.coalition for t in tasks] == [0, 1, 2] and {t.version for t in tasks} == {0}
     for t in tasks:
@@ -154,8 +154,8 @@ def test_submit_aggregates_with_the_staleness_weight(cleanup, fast):
     assert r1.accepted and r1.version == 2
     xi = ell * k
     assert np.allclose(strategy.global_arrays[0], (1 - xi) * ell + xi)
-    assert server.service.records[1]["staleness"] == 1
-    assert server.service.records[1]["xi"] == pytest.approx(xi)
+    assert server.service.controller.records[1]["staleness"] == 1
+    assert server.service.controller.records[1]["xi"] == pytest.approx(xi)
     # the freed slots are refilled: coalition 0 gets a new task from the new version
     nxt = fakes[0].next_task()
     assert nxt.version >= 1 and nxt.task_id != tasks[0].task_id
@@ -165,18 +165,18 @@ def test_duplicate_submit_is_idempotent(cleanup):
     server, fakes, _, _ = federation(cleanup, clients=4, edges=2)
     t = fakes[0].next_task()
     first = fakes[0].submit(t, value=1.0)
-    snapshot = [a.copy() for a in server.service.strategy.global_arrays]
+    snapshot = [a.copy() for a in server.service.controller.strategy.global_arrays]
     second = fakes[0].submit(t, value=5.0)
     assert second == first
-    assert server.service.strategy.version == 1 and len(server.service.records) == 1
+    assert server.service.controller.strategy.version == 1 and len(server.service.controller.records) == 1
     assert all(np.array_equal(a, b) for a, b in
-               zip(snapshot, server.service.strategy.global_arrays))
+               zip(snapshot, server.service.controller.strategy.global_arrays))
 
 
 def _state(server):
-    s = server.service.strategy
+    s = server.service.controller.strategy
     return (s.version, s.round, sorted(s.in_flight), [a.copy() for a in s.global_arrays],
-            len(server.service.records))
+            len(server.service.controller.records))
 
 
 def _same_state(a, b) -> bool:
@@ -219,7 +219,7 @@ def test_a_reconnecting_edge_gets_its_unanswered_task_again(cleanup):
     assert fakes[1].ended.wait(5)                 # the older stream is replaced
     assert fakes[1].end.code() == grpc.StatusCode.ABORTED
     assert again.submit(resent).accepted
-    assert server.service.strategy.version == 1
+    assert server.service.controller.strategy.version == 1
 
 
 def test_run_to_the_end_writes_results_and_closes_the_streams(cleanup, tmp_path: Path):
@@ -254,7 +254,7 @@ def test_run_to_the_end_writes_results_and_closes_the_streams(cleanup, tmp_path:
     assert rec["energy_j"] > 0 and rec["latency_s"] > 0
     assert sum(result["participation"]["rounds"]) == rounds
     final = decode_arrays((tmp_path / "final_model.safetensors").read_bytes())
-    assert all(np.array_equal(a, b) for a, b in zip(final, server.service.strategy.global_arrays))
+    assert all(np.array_equal(a, b) for a, b in zip(final, server.service.controller.strategy.global_arrays))
     for png in ("accuracy.png", "queues.png", "participation.png"):
         assert (tmp_path / png).stat().st_size > 0
 
@@ -293,12 +293,12 @@ def test_the_global_model_is_evaluated_every_eval_every_rounds(cleanup):
         f.submit(f.next_task(), value=1.0)
     fakes[0].submit(fakes[0].next_task(), value=1.0)
     assert server.join(10)
-    recs = server.service.records
+    recs = server.service.controller.records
     assert [r["accuracy"] is not None for r in recs] == [False, True, True]
-    assert server.service.initial_accuracy == 0.0
-    assert recs[1]["accuracy"] == pytest.approx(server.service.result["records"][1]["accuracy"])
-    assert server.service.result["final_accuracy"] == pytest.approx(
-        float(server.service.strategy.global_arrays[0].mean()))
+    assert server.service.controller.initial_accuracy == 0.0
+    assert recs[1]["accuracy"] == pytest.approx(server.service.controller.result["records"][1]["accuracy"])
+    assert server.service.controller.result["final_accuracy"] == pytest.approx(
+        float(server.service.controller.strategy.global_arrays[0].mean()))
 
 
 def test_formation_runs_when_the_registration_window_closes(cleanup):

@@ -1,9 +1,13 @@
-"""The cloud's logic without gRPC: :class:`cloud_server.controller.CloudController` called
-directly (registration, formation, dispatch, submit accepted/refused, failover, a late answer,
-the checkpoint round trip) on a tiny synthetic federation: 4 clients, 2 edges, a 9-number model.
+"""The cloud's logic without gRPC or an event loop: :class:`cloud_server.controller.CloudController`
+called directly (registration, formation, dispatch, submit accepted/refused, failover, a late
+answer, progress and status, the checkpoint round trip) on a tiny synthetic federation: 4
+clients, 2 edges, a 9-number model.
 """
 
 from __future__ import annotations
+
+import dataclasses
+import threading
 
 import numpy as np
 import pytest
@@ -34,7 +38,7 @@ def formed(tmp_path=None, **flat) -> tuple[CloudController, list[TaskState]]:
     for name in HOMES:
         c.register(entry(name))
     assert c.should_form(window_closed=False)
-    c.forming = True
+    c.start_forming()
     tasks = c.form_and_build()
     c.begin_training()
     return c, tasks
@@ -63,7 +67,7 @@ def test_registration_is_idempotent_and_closes_at_formation():
     for name in ("c2", "c10", "c3"):
         c.register(entry(name))
     assert c.should_form(window_closed=False)
-    c.forming = True
+    c.start_forming()
     assert refused(lambda: c.register(ClientEntry("late", np.ones(4, np.int64),
                                                   PRESETS["rpi4"], None))) \
         is Reason.FAILED_PRECONDITION
@@ -130,7 +134,7 @@ def test_a_failed_arrival_rolls_everything_back(monkeypatch):
     def broken() -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr(c, "save_checkpoint", broken)
+    monkeypatch.setattr(c.durability, "save", lambda federation: broken())
     with pytest.raises(OSError):
         answer(c, task)
     assert c.records == [] and task.reply is None
@@ -167,7 +171,7 @@ def test_the_checkpoint_state_round_trips(tmp_path):
     assert c.checkpoints is not None and c.checkpoints.exists()
     state, models = c.checkpoints.load()
     back = controller(tmp_path)
-    back.from_state(state, models)
+    back.restore(state, models)
     assert back.phase is Phase.TRAINING and back.records == c.records
     assert back.strategy.version == c.strategy.version
     assert {n: e.client_id for n, e in back.clients.items()} == \
@@ -182,3 +186,74 @@ def test_the_checkpoint_state_round_trips(tmp_path):
 def test_phase_values_are_the_status_replys():
     assert (int(Phase.REGISTERING), int(Phase.TRAINING), int(Phase.DONE)) == (
         pb.StatusReply.REGISTERING, pb.StatusReply.TRAINING, pb.StatusReply.DONE)
+
+
+def test_a_resumed_controller_records_it_and_knows_whether_the_run_was_complete(tmp_path):
+    c, tasks = formed(tmp_path / "going", **{"global-rounds": 5})
+    answer(c, tasks[0])
+    back = controller(tmp_path / "going", **{"global-rounds": 5})
+    assert back.resume() is False and back.phase is Phase.TRAINING
+    assert back.faults[-1]["kind"] == "resumed" and back.strategy.round == 1
+    c, tasks = formed(tmp_path / "over", **{"global-rounds": 1})
+    assert answer(c, tasks[0]).finished
+    assert controller(tmp_path / "over", **{"global-rounds": 1}).resume() is True
+
+
+def test_a_failed_formation_keeps_registering_until_registrations_change(monkeypatch):
+    c = controller()
+    for name in HOMES:
+        c.register(entry(name))
+    c.start_forming()
+    monkeypatch.setattr(c, "build_initial_arrays", lambda: (_ for _ in ()).throw(
+        RuntimeError("model build failed")))
+    with pytest.raises(RuntimeError):
+        c.form_and_build()
+    c.formation_failed(RuntimeError("model build failed"))
+    assert c.phase is Phase.REGISTERING and not c.forming and c.strategy is None
+    assert all(e.client_id is None and e.edge_id is None for e in c.clients.values())
+    assert c.faults[-1]["kind"] == "formation-failed"
+    assert "model build failed" in c.formation_error
+    assert not c.should_form(window_closed=True)  # the same registrations would fail again
+    c.register(entry("c1"))  # a client calls again: worth another attempt
+    assert c.should_form(window_closed=False)
+
+
+def test_status_is_an_immutable_snapshot_read_without_the_lock():
+    c, tasks = formed()
+    answer(c, tasks[0])
+    got: list = []
+    with c.lock:  # a worker holds the lock (say, writing a checkpoint): status still answers
+        reader = threading.Thread(target=lambda: got.append(c.status()))
+        reader.start()
+        reader.join(5)
+        assert not reader.is_alive()
+    (snap,) = got
+    assert (snap.phase, snap.version, snap.round) == (Phase.TRAINING, 1, 1)
+    assert snap.in_flight == tuple(sorted(c.strategy.in_flight))
+    assert (snap.clients_registered, snap.expected_clients) == (4, 4)
+    assert (snap.edges_connected, snap.num_edges) == (0, 2)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        snap.version = 7
+    c.edge_connected(1, "127.0.0.1:9092")
+    assert c.status().edges_connected == 1 and snap.edges_connected == 0
+    reply = c.status().to_proto()
+    assert (reply.version, list(reply.in_flight)) == (1, list(snap.in_flight))
+
+
+def test_progress_is_kept_while_its_task_is_expected():
+    c, tasks = formed()
+    task = tasks[0]
+    m = task.dispatch.coalition
+    member = task.dispatch.clients[0]
+    assert c.report_progress(m, task.task_id, 1, 2, [member, 99], 3.0)
+    (row,) = c.status().progress
+    assert (row.coalition, row.edge_round, row.tau_e, row.waiting) == (m, 1, 2, (member,))
+    assert row.elapsed_s >= 3.0
+    assert refused(lambda: c.report_progress(1 - m, task.task_id, 1, 2, [], 3.0)) \
+        is Reason.INVALID_ARGUMENT
+    assert refused(lambda: c.report_progress(m, task.task_id, 3, 2, [], 3.0)) \
+        is Reason.INVALID_ARGUMENT
+    answer(c, task)
+    assert not c.report_progress(m, task.task_id, 2, 2, [], 4.0)
+    assert all(r.coalition != m or c.is_live(task.task_id) for r in c.status().progress)
+    assert not c.report_progress(m, "r9-c9-v9", 0, 2, [], 0.0)  # unknown: not expected

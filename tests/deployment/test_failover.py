@@ -57,11 +57,11 @@ def test_a_killed_edge_is_dropped_and_taken_back(cleanup):
                             "first-deadline-s": 1.0})
     server = start(cfg, expected=6)
     cleanup.append(server)
-    svc = server.service
+    svc = server.service.controller
     edges = [edge(server.address, m, 0.15) for m in range(3)]
     cleanup.extend(edges)
     # register once every ES is up, so that round 0's short deadlines start with them
-    wait_until(lambda: all(e.connected.is_set() for e in svc.edges.values()), 60)
+    wait_until(lambda: all(e.connected.is_set() for e in server.service.edges.values()), 60)
     register_all(server.address, [request(f"c{i}", one_hot(i), home=i % 3, profile=TIMED)
                                   for i in range(6)], timeout=60)
     wait_until(lambda: svc.strategy is not None and svc.strategy.participation.min() >= 2, 60)
@@ -99,14 +99,14 @@ def test_an_idle_edge_that_leaves_is_not_scheduled(cleanup):
                             "deadline-min-s": 30.0})
     server = start(cfg, expected=4)
     cleanup.append(server)
-    svc = server.service
+    svc = server.service.controller
     e0 = edge(server.address, 0, 0.05)
     cleanup.append(e0)
     from tests.deployment.fakes import FakeEdge
 
     e1 = FakeEdge(server.address, 1)  # in-process: answers only when told
     cleanup.append(e1)
-    wait_until(lambda: all(e.connected.is_set() for e in svc.edges.values()), 60)
+    wait_until(lambda: all(e.connected.is_set() for e in server.service.edges.values()), 60)
     register_all(server.address, [request(f"c{i}", one_hot(i), home=i % 2, profile=TIMED)
                                   for i in range(4)], timeout=60)
     # round 0 dispatches both; answer edge 1's first task, then leave while idle
@@ -137,7 +137,7 @@ def test_a_late_answer_is_aggregated_as_a_stale_update_within_the_bound(cleanup)
                             "first-deadline-s": 0.5, "late-staleness-bound": 2})
     server = start(cfg, expected=4)
     cleanup.append(server)
-    svc = server.service
+    svc = server.service.controller
     e0, e1 = FakeEdge(server.address, 0), FakeEdge(server.address, 1)
     cleanup.extend([e0, e1])
     register_all(server.address, [request(f"c{i}", one_hot(i), home=i % 2, profile=FAST)

@@ -45,8 +45,8 @@ def live():
 
 def live_tasks(server) -> list[tuple[int, str]]:
     def grab():
-        s = server.service.strategy
-        return [(m, t.task_id) for t in list(server.service.tasks.values())
+        s = server.service.controller.strategy
+        return [(m, t.task_id) for t in list(server.service.controller.tasks.values())
                 for m, d in s.in_flight.items() if t.dispatch is d]
     return server.call(grab)
 
@@ -132,7 +132,7 @@ def check(server, ch, before, method, data, result) -> dict:
     assert after["version"] == before["version"] + 1
     assert after["records"] == before["records"] + 1
     # and that update was sane: no NaN/Inf and nothing like the 1e6 outlier templates got in
-    arrays = server.call(lambda: [a.copy() for a in server.service.strategy.global_arrays])
+    arrays = server.call(lambda: [a.copy() for a in server.service.controller.strategy.global_arrays])
     assert all(np.isfinite(a).all() and np.abs(a).max() < 1e4 for a in arrays)
     return after
 

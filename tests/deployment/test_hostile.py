@@ -59,7 +59,7 @@ def on_disk(tmp_path: Path) -> str:
 def everything(server: CloudServer, tmp_path: Path | None) -> dict:
     state = state_of(server)
     state["checkpoint"] = on_disk(tmp_path) if tmp_path is not None else None
-    state["faults"] = len(server.service.faults)
+    state["faults"] = len(server.service.controller.faults)
     return state
 
 
@@ -128,7 +128,7 @@ def test_1_an_update_whose_checkpoint_fails_is_rolled_back_and_retried(cleanup, 
     (UNAVAILABLE), nothing changed in memory or on disk, and the retry is a real acceptance
     that is on disk."""
     server, (e0, _) = live(cleanup, tmp_path)
-    svc = server.service
+    svc = server.service.controller
     task = e0.next_task()
     before = everything(server, tmp_path)
     store = svc.checkpoints
@@ -183,7 +183,7 @@ def test_2_a_formation_error_is_reported_without_ending_the_cloud(cleanup):
     cleanup.append(server)
     edge = FakeEdge(server.address, 0)
     cleanup.append(edge)
-    svc = server.service
+    svc = server.service.controller
     real = svc.build_initial_arrays
     svc.build_initial_arrays = lambda: (_ for _ in ()).throw(RuntimeError("model build failed"))
     ch = channel(server.address)
@@ -253,7 +253,7 @@ def test_4_unbounded_repeated_fields_are_refused_fast(cleanup, tmp_path):
     assert status(server).version == before["version"]
     reply = submit(e0, task, stats=[stat])
     assert reply.accepted
-    assert server.service.records[-1]["energy_j"] > 0
+    assert server.service.controller.records[-1]["energy_j"] > 0
 
 
 # ------------------------------------------------------------------------------ 5. echo
@@ -339,7 +339,7 @@ def test_8_availability_changes_and_their_faults_are_recorded_together(cleanup):
     e0, e1 = FakeEdge(server.address, 0), FakeEdge(server.address, 1)
     cleanup.extend([e0, e1])
     register_all(server.address, [request(f"c{i}", one_hot(i), home=i % 2) for i in range(4)])
-    svc = server.service
+    svc = server.service.controller
     seen: list[tuple[str, int, bool]] = []
     s = svc.strategy
     real_lost, real_back = s.mark_unavailable, s.mark_available

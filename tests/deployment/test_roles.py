@@ -277,7 +277,7 @@ def test_edge_servers_serve_a_whole_run_against_the_cloud(cleanup, tmp_path: Pat
         t.join(10)
         assert not t.is_alive()
     assert not edge_errors, edge_errors
-    result = server.service.result
+    result = server.service.controller.result
     assert result is not None and result["rounds"] == 3
     # client ids are the claimed partitions; the ESs are formation's, as in simulation
     assert {i: r.client_id for i, r in regs.items()} == {i: i for i in range(4)}

@@ -138,7 +138,7 @@ def test_every_rpc_checks_the_token(cleanup, certs: Path):
     with pytest.raises(grpc.RpcError) as err:
         edge.Submit(pb.SubmitRequest(task_id="r0-c0-v0", edge_id=0, token="nope"), timeout=5)
     assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
-    assert len(server.service.clients) == 0
+    assert len(server.service.controller.clients) == 0
     assert not server.service.edges[0].connected.is_set()
 
 

@@ -98,7 +98,7 @@ def test_members_and_keys_refuse_bad_input(cleanup):
     bad.supernode_public_key = "ssh-rsa AAAA not a key"
     assoc = pb_grpc.AssociationStub(ch)
     assert code_of(lambda: assoc.Register(bad, timeout=5)) == grpc.StatusCode.INVALID_ARGUMENT
-    assert server.service.clients == {}
+    assert server.service.controller.clients == {}
 
 
 def test_edges_admit_only_the_clients_the_cloud_assigned(tmp_path: Path):

@@ -1,0 +1,173 @@
+"""Registration's rules over the run's :class:`~cloud_server.state.Roster`.
+
+:class:`Registry` records the clients by name (``Association.Register``), the partition each
+name claims (``Association.Claim``), the address each edge server connects with and which edges
+are connected now. It checks every Register field at the door (:mod:`cloud_server.validation`);
+whether registration is still open is the controller's to say (formation closes it). Not
+thread-safe by itself: the controller calls it from the event loop, and under its lock from
+worker threads.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+
+from fedcure_app.config import FedCureConfig
+from fedcure_app.protocol import cloud_pb2 as pb
+from fedcure_app.protocol.codec import CodecError, profile_from_proto
+from fedcure_app.supernode_auth import check_supernode_key
+from cloud_server import validation as door
+from cloud_server.formation import natural_key
+from cloud_server.refusal import Reason, Refusal
+from cloud_server.state import ClientEntry, Roster
+
+log = logging.getLogger("fedcure.cloud")
+
+
+class Registry:
+    """Registration's rules; the clients, claims and edges they change live in ``roster``.
+
+    Parameters
+    ----------
+    cfg:
+        The configuration: M edges, the partition count (``federation.num_clients``), the
+        classes and the dataset a device profile must cover.
+    roster:
+        Who takes part (shared with the checkpoint and the results).
+    """
+
+    def __init__(self, cfg: FedCureConfig, roster: Roster) -> None:
+        self.num_edges = cfg.federation.num_edges
+        self.num_partitions = cfg.federation.num_clients
+        self.num_classes = cfg.federation.num_classes
+        self.dataset = cfg.data.dataset
+        self.roster = roster
+        #: registrations changed since the last formation attempt (worth trying again)
+        self.changed = False
+
+    # ------------------------------------------------------------------ clients
+    def claim(self, name: str, wanted: int | None) -> int:
+        """The stable partition index of client ``name`` (``wanted`` if free, else the first)."""
+        try:
+            name = door.check_name(name)
+        except door.Refused as err:
+            raise Refusal(Reason.INVALID_ARGUMENT, str(err)) from None
+        n = self.num_partitions
+        claims = self.roster.claims
+        held = claims.get(name)
+        if held is not None:
+            if wanted is not None and wanted != held:
+                raise Refusal(Reason.FAILED_PRECONDITION,
+                              f"client {door.clip(name)} already holds partition {held}, "
+                              f"not {wanted}")
+            return held
+        taken = set(claims.values())
+        if wanted is not None:
+            if not 0 <= wanted < n:
+                raise Refusal(Reason.INVALID_ARGUMENT, f"partition {wanted} outside [0, {n})")
+            if wanted in taken:
+                raise Refusal(Reason.ALREADY_EXISTS,
+                              f"partition {wanted} is already held by another client")
+            index = wanted
+        else:
+            free = [i for i in range(n) if i not in taken]
+            if not free:
+                raise Refusal(Reason.RESOURCE_EXHAUSTED, f"all {n} partitions are taken")
+            index = free[0]
+        claims[name] = index
+        log.info("client %r claimed partition %d of %d", name, index, n)
+        return index
+
+    def validate(self, req: pb.RegisterRequest) -> ClientEntry:
+        """Every field of a Register request within bounds (``cloud_server.validation``), and
+        the client's predicted edge round finite: one client can never make formation fail."""
+        try:
+            name = door.check_name(req.client_name)
+        except door.Refused as err:
+            raise Refusal(Reason.INVALID_ARGUMENT, str(err)) from None
+        who = f"client {door.clip(name)}"
+        try:
+            door.check_label_counts(req.label_counts, self.num_classes)
+            if not req.HasField("device"):
+                raise door.Refused("no device profile")
+            door.check_profile_size(len(req.device.cycles_per_sample))
+            profile = profile_from_proto(req.device)
+            door.check_profile(profile, self.dataset)
+            door.check_key_text(req.supernode_public_key)
+        except (door.Refused, CodecError) as err:
+            raise Refusal(Reason.INVALID_ARGUMENT, f"{who}: {err}") from None
+        counts = np.asarray(req.label_counts, dtype=np.int64)
+        home: int | None = None
+        if req.HasField("home_edge"):
+            home = int(req.home_edge)
+            if not 0 <= home < self.num_edges:
+                raise Refusal(Reason.INVALID_ARGUMENT,
+                              f"{who}: home_edge {home} outside [0, {self.num_edges})")
+        key = req.supernode_public_key.strip()
+        if key:
+            try:
+                check_supernode_key(key)
+            except ValueError as err:
+                raise Refusal(Reason.INVALID_ARGUMENT, f"{who}: {err}") from None
+        return ClientEntry(name, counts, profile, home, supernode_key=key)
+
+    def register(self, entry: ClientEntry, *, open_: bool) -> ClientEntry:
+        """Record a registration (a known name while ``open_``: the latest data counts);
+        returns the stored client. A new name is refused unless ``open_``."""
+        clients, expected = self.roster.clients, self.roster.expected_clients
+        known = clients.get(entry.name)
+        if known is None:
+            if not open_:
+                raise Refusal(
+                    Reason.FAILED_PRECONDITION,
+                    f"registration is closed: coalition formation already ran with "
+                    f"{len(clients)} clients; {door.clip(entry.name)} is not one of them",
+                )
+            clients[entry.name] = entry
+            self.changed = True
+            n = len(clients)
+            if n == expected or n <= 3 or n % max(1, expected // 10) == 0:
+                log.info("client %r registered (%d/%d)", entry.name, n, expected)
+        elif open_:
+            known.label_counts, known.profile, known.home_edge = (
+                entry.label_counts, entry.profile, entry.home_edge)
+            self.changed = True
+        client = clients[entry.name]
+        if entry.supernode_key and entry.supernode_key != client.supernode_key:
+            # a restarted client may come with a new SuperNode key: its ES registers that one
+            client.supernode_key = entry.supernode_key
+        return client
+
+    def ordered(self) -> list[ClientEntry]:
+        """The clients in id order: by claimed partition index, then the name's natural order
+        (``c2`` before ``c10``), whatever the order they came in."""
+        clients = self.roster.clients
+        return [clients[n] for n in sorted(clients, key=self._order)]
+
+    def _order(self, name: str) -> tuple[int, list[Any]]:
+        return self.roster.claims.get(name, self.num_partitions), natural_key(name)
+
+    def members(self, m: int) -> list[ClientEntry]:
+        """The clients of coalition m in id order (none before formation)."""
+        return [c for c in self.roster.by_id() if c.edge_id == m and c.client_id is not None]
+
+    def forget_ids(self) -> None:
+        """Clear every client's ids (a failed formation)."""
+        for c in self.roster.clients.values():
+            c.client_id = c.edge_id = None
+
+    # ------------------------------------------------------------------ edges
+    def edge_connected(self, m: int, address: str) -> None:
+        """Edge m's newest Connect stream opened with its fleet ``address``."""
+        self.roster.edge_addresses[m] = address
+        self.roster.connected.add(m)
+
+    def edge_left(self, m: int) -> None:
+        """Edge m's newest Connect stream ended."""
+        self.roster.connected.discard(m)
+
+
+__all__ = ["Registry"]
