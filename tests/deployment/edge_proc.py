@@ -10,8 +10,9 @@ out cloud restarts. With ``--bad-every K`` every K-th task is first answered wit
 (NaN, wrong shape, far outside the others) that must be refused; with ``--duplicates`` every
 accepted answer is sent again and must get the same reply. It prints one line per event:
 ``task <id>``, ``reply <id> accepted=<0|1> version=<v>``, ``refused <id> <CODE>``,
-``rejected <id> <kind> <CODE>`` (a bad model refused), ``BAD-ACCEPTED <id> <kind>``,
-``duplicate <id> same|DIFFERENT``.
+``rejected <id> <kind> <CODE>`` (a bad model refused), ``BAD-ACCEPTED <id> <kind>`` (a bad
+model aggregated), ``not-aggregated <id> <kind>`` (answered but not aggregated: a cloud past the
+end), ``duplicate <id> same|DIFFERENT``.
 """
 
 from __future__ import annotations
@@ -87,8 +88,11 @@ def run(args: argparse.Namespace) -> int:
                 if args.bad_every and seen % args.bad_every == 0:
                     for kind, bad in bad_models(arrays).items():
                         got = submit(stub, req, encode_arrays(bad), time.monotonic() + 60)
-                        if isinstance(got, pb.SubmitReply):
+                        if isinstance(got, pb.SubmitReply) and got.accepted:
                             say("BAD-ACCEPTED", task.task_id, kind)
+                        elif isinstance(got, pb.SubmitReply):
+                            # a cloud that is over answers every Submit "not aggregated"
+                            say("not-aggregated", task.task_id, kind)
                         else:
                             say("rejected", task.task_id, kind, got.name)
                 good = encode_arrays(arrays)
