@@ -300,16 +300,21 @@ def at_least(args: argparse.Namespace, dest: str, low: float, *, strict: bool = 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Shows ``(default: V)`` after every option that has a default and does not already say
-    it (no ``None``/``False`` defaults: those mean "not given")."""
+    it, and ``(default: none)`` after an optional value option without one; flags (``False``)
+    and required options say nothing. ``tests/test_cli_help.py`` walks every parser."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
         if (
             "default" in text.lower()
-            or any(action.default is x for x in (None, False, argparse.SUPPRESS))
             or not action.option_strings
+            or action.required
+            or (action.nargs == 0 and (action.default is None or action.default is False))
+            or action.default is argparse.SUPPRESS
         ):
             return text
+        if action.default is None:
+            return f"{text} (default: none)".lstrip()
         return f"{text} (default: %(default)s)".lstrip()
 
 

@@ -53,9 +53,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--config", help="TOML/JSON configuration file (CLI options override it)")
     p.add_argument("--dataset", choices=["digits", "mnist", "cifar10", "svhn", "cinic10"])
-    p.add_argument("--data-dir", help="directory holding the dataset files")
+    p.add_argument("--data-dir", help="directory holding the dataset files "
+                   "(default: $FEDCURE_DATA_DIR, else ./data)")
     p.add_argument("--method", choices=list(METHOD_PRESETS),
-                   help="one of the paper's methods (sets formation and scheduler)")
+                   help="one of the paper's methods: sets --formation and --scheduler "
+                   "(default: none, those two options decide)")
     p.add_argument("--formation", choices=["fedcure", "none", "kmeans", "meanshift",
                                            "selfish", "pareto"])
     p.add_argument("--scheduler", choices=["fedcure", "greedy", "fair", "random"])
