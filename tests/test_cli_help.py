@@ -117,3 +117,24 @@ def test_launch_progress_counts_edges_connected_then_done():
     assert status_text(_status("DONE", edges_connected=2)) == "0/2 edges done"
     assert status_text(_status("DONE", edges_connected=1)) == "1/2 edges done"
     assert status_text(_status("DONE", edges_connected=0), edges_done=2) == "2/2 edges done"
+
+
+@pytest.mark.parametrize("argv,every", [([], 1), (["--rounds", "40"], 4),
+                                        (["--rounds", "40", "--eval-every", "7"], 7)])
+def test_a_launch_evaluates_about_ten_times_unless_told(argv, every):
+    """A 5-round launch evaluates every round (an accuracy curve, not two points)."""
+    from fedcure_app.cli.launch import config_from_args
+
+    args = build_parser().parse_args(["launch", "--clients", "2", "--edges", "1",
+                                      "--rounds", "5", *argv])
+    assert config_from_args(args).run.eval_every == every
+
+
+def test_a_config_files_eval_every_is_kept(tmp_path):
+    from fedcure_app.cli.launch import config_from_args
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[run]\neval-every = 3\n")
+    args = build_parser().parse_args(["launch", "--clients", "2", "--edges", "1",
+                                      "--rounds", "40", "--config", str(cfg)])
+    assert config_from_args(args).run.eval_every == 3

@@ -39,12 +39,15 @@ from fedcure_app.cli.errors import (
     config_defaults_help,
     load_file,
 )
-from fedcure_app.config import METHOD_PRESETS, FedCureConfig
+from fedcure_app.config import METHOD_PRESETS, FedCureConfig, apply_flat
 
 log = logging.getLogger(__name__)
 
 #: default shortest task deadline under launch (s)
 LAUNCH_DEADLINE_MIN_S = 120.0
+#: without --eval-every, a launch evaluates the global model about this many times (plus the
+#: initial model), so that even a short run draws an accuracy curve
+LAUNCH_EVALUATIONS = 10
 
 #: launch option -> flat configuration key
 _OPTIONS: dict[str, str] = {
@@ -84,7 +87,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-concurrent", type=int, help="K, coalitions training at once")
     p.add_argument("--lr", type=float, help="learning rate")
     p.add_argument("--beta", type=float)
-    p.add_argument("--eval-every", type=int)
+    p.add_argument("--eval-every", type=int,
+                   help="evaluate the global model every N global rounds (default: about "
+                   f"{LAUNCH_EVALUATIONS} times a run, ⌈rounds/{LAUNCH_EVALUATIONS}⌉)")
     p.add_argument("--seed", type=int)
     p.add_argument("--cpufreq", choices=["emulate", "sysfs", "off"], default="emulate",
                    help="how clients apply frequency directives (default emulate)")
@@ -126,7 +131,12 @@ def config_from_args(args: argparse.Namespace) -> FedCureConfig:
     elif not (args.config and "deadline_min_s" in load_file(args.config).reliability
               .model_fields_set):
         extra["deadline-min-s"] = LAUNCH_DEADLINE_MIN_S
-    return options_config(args, _OPTIONS, extra, flags)
+    cfg = options_config(args, _OPTIONS, extra, flags)
+    if args.eval_every is None and not (
+            args.config and "eval_every" in load_file(args.config).run.model_fields_set):
+        every = max(1, -(-cfg.run.global_rounds // LAUNCH_EVALUATIONS))
+        cfg = apply_flat(cfg, {"eval-every": every})
+    return cfg
 
 
 def check_inputs(args: argparse.Namespace, cfg: FedCureConfig) -> None:
