@@ -1,8 +1,8 @@
 """``fedcure-client``: one client device of a FedCure deployment.
 
     fedcure-client --cloud HOST:PORT [--name NAME] [--dataset D] [--data-dir DIR] \\
-        [--partition-id I --num-partitions N] [--cpufreq sysfs|emulate|off] [--token T] \\
-        [--cpufreq-root DIR] [--insecure] [--tls-ca FILE] [--work-dir DIR]
+        [--partition-id I --num-partitions N] [--cpufreq sysfs|emulate|cgroup|off] [--token T] \\
+        [--cpufreq-root DIR] [--host-samples-per-s R] [--cgroup-prefix P] [--insecure] [--tls-ca FILE] [--work-dir DIR]
     fedcure-client --probe [--cpufreq-root DIR]
 
 1. Claims its partition (``Association.Claim``, keyed by ``--name``, default
@@ -14,7 +14,8 @@
    chosen ES is up) and learns its client id and its ES's address.
 3. Writes its data file (:mod:`fedcure_app.node_data`) and starts ``flower-supernode`` to that
    ES with node config ``client-id=<id> cpufreq=<mode> data-file=<path>`` (and
-   ``cpufreq-root=<dir>`` with ``--cpufreq-root``) on its own free
+   ``cpufreq-root=<dir>`` with ``--cpufreq-root``, ``host-samples-per-s`` and
+   ``cgroup-prefix`` with ``--cpufreq cgroup``) on its own free
    ClientAppIo (runtime) port.
 4. Polls ``Monitor.Status`` and exits 0 when the cloud reports training done (and on
    SIGTERM/SIGINT), stopping the SuperNode and everything it started.
@@ -68,8 +69,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ask for partition I (default: the cloud assigns one)")
     p.add_argument("--num-partitions", type=int, metavar="N",
                    help="check that the cloud's configuration has N partitions")
-    p.add_argument("--cpufreq", choices=["sysfs", "emulate", "off"], default="emulate",
-                   help="how the ClientApp applies CPU-frequency directives (default emulate)")
+    p.add_argument("--cpufreq", choices=["sysfs", "emulate", "cgroup", "off"],
+                   default="emulate",
+                   help="how the ClientApp applies CPU-frequency directives (default emulate; "
+                        "cgroup: a CPU quota that makes this host compute at the device "
+                        "profile's speed, needs root)")
+    p.add_argument("--host-samples-per-s", type=float, default=0.0, metavar="R",
+                   help="--cpufreq cgroup: this host's training samples/s on one core (default "
+                        "0: measured once when the first task comes)")
+    p.add_argument("--cgroup-prefix", default="fedcure", metavar="P",
+                   help="--cpufreq cgroup: the trainer's cgroup is P-client<id>-<pid> "
+                        "(default fedcure)")
     p.add_argument("--cpufreq-root", metavar="DIR",
                    help="the CPU sysfs folder holding cpuN/cpufreq/ that --cpufreq sysfs writes "
                         "and --probe reads (default the kernel's, /sys/devices/system/cpu)")
@@ -215,6 +225,9 @@ def supernode_argv(edge_address: str, port: int, client_id: int, cpufreq: str,
     node_config = f'client-id={client_id} cpufreq="{cpufreq}" data-file="{data_file}"'
     if getattr(args, "cpufreq_root", None):
         node_config += f' cpufreq-root="{Path(args.cpufreq_root).resolve()}"'
+    if cpufreq == "cgroup":
+        node_config += (f' host-samples-per-s={float(getattr(args, "host_samples_per_s", 0.0))}'
+                        f' cgroup-prefix="{getattr(args, "cgroup_prefix", "fedcure")}"')
     if getattr(args, "runtime", "flower") == "warm":
         argv = [sys.executable, "-m", "client.supernode", "--superlink", edge_address,
                 "--port", str(port), "--node-config", node_config, "--isolation", "process",
@@ -326,6 +339,12 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
     if args.supernode_auth and not args.tls_ca:
         raise UsageError("--supernode-auth needs --tls-ca: Flower authenticates SuperNodes "
                          "only over TLS")
+    if not (args.host_samples_per_s >= 0 and args.host_samples_per_s < float("inf")):
+        raise UsageError("--host-samples-per-s must be a finite number >= 0 (0: measure)")
+    import re
+
+    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,40}", args.cgroup_prefix):
+        raise UsageError("--cgroup-prefix: 1-40 letters, digits, '_', '.' or '-'")
     name = args.name or f"{socket.gethostname()}-{os.getpid()}"
     from fedcure_app.config import WarmClientConfig
 

@@ -285,6 +285,7 @@ class RunLoop:
         m = task.dispatch.coalition
         late = task.expired is not None
         if late:  # a late answer is a stale update: aggregated within the bound
+            c.tally.late()
             refusal = c.too_stale(task)
             if refusal is not None:
                 if m in strategy.unavailable and not self.done:
@@ -347,7 +348,8 @@ class RunLoop:
                       time.monotonic() - t_pub)
             rec = arrival.record
             if c.should_evaluate(arrival):
-                rec["accuracy"], rec["loss"] = await asyncio.to_thread(c.evaluate)
+                acc, loss = await asyncio.to_thread(c.evaluate)
+                c.record_evaluation(rec, acc, loss)
             log.info(
                 "round %d/%d: coalition %d arrived%s (staleness %d, xi %.3f, latency "
                 "%.2f s, estimate %.2f s) -> version %d, dispatched %s%s",

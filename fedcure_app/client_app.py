@@ -26,7 +26,9 @@ across messages.
 Frequency control: ``cpufreq`` from the node config, else from the run config (``emulate``
 by default): ``emulate`` stretches the measured time to what the directed frequency would take
 on the client's simulated device profile, ``sysfs`` writes cpufreq (falling back to emulation
-when not allowed), ``off`` ignores the directive.
+when not allowed), ``cgroup`` (deployed clients) sets the trainer's CPU quota to the profile's
+speed at the directed frequency (:mod:`fedcure_app.devices.cgroup`), ``off`` ignores the
+directive.
 """
 
 from __future__ import annotations
@@ -110,7 +112,11 @@ class _ClientState:
     def actuator(self, client: int, kind: str) -> FrequencyActuator:
         key = (client, kind)
         if key not in self.actuators:
-            self.actuators[key] = make_actuator(kind, self.profiles[client])
+            if kind == "cgroup":  # clients sharing a process cannot each have a cgroup
+                log.warning("cpufreq cgroup needs a deployed client (one process per client); "
+                            "emulating the throttle instead")
+            self.actuators[key] = make_actuator(
+                "emulate" if kind == "cgroup" else kind, self.profiles[client])
         return self.actuators[key]
 
 
@@ -188,12 +194,38 @@ class _DeployedState:
     model: torch.nn.Module
     actuators: dict[str, FrequencyActuator] = field(default_factory=dict)
 
-    def actuator(self, kind: str, root: str = DEFAULT_CPU_ROOT) -> FrequencyActuator:
-        """The actuator for ``kind``; ``root``: the CPU sysfs folder ``sysfs`` writes."""
+    def actuator(self, kind: str, root: str = DEFAULT_CPU_ROOT,
+                 node_config: dict[str, Any] | None = None,
+                 batch_size: int = 32) -> FrequencyActuator:
+        """The actuator for ``kind``; ``root``: the CPU sysfs folder ``sysfs`` writes.
+
+        ``cgroup`` takes from ``node_config`` ``host-samples-per-s`` (this host's samples/s on
+        one core; absent or 0: measured once here, training a copy of the model on this
+        client's data at ``batch_size``) and ``cgroup-prefix`` (its cgroup is
+        ``<prefix>-client<id>-<pid>``, default prefix ``fedcure``)."""
         key = f"{kind}:{root}"
         if key not in self.actuators:
-            self.actuators[key] = make_actuator(kind, self.data.profile, root=root)
+            nc = node_config or {}
+            host = float(nc.get("host-samples-per-s", 0.0) or 0.0)
+            prefix = str(nc.get("cgroup-prefix", "") or "fedcure")
+            self.actuators[key] = make_actuator(
+                kind, self.data.profile, root=root, model=self.data.dataset,
+                host_sps=host if host > 0 else None,
+                calibrate=lambda: self.host_samples_per_s(batch_size),
+                cgroup_name=f"{prefix}-client{self.client}-{os.getpid()}")
         return self.actuators[key]
+
+    def host_samples_per_s(self, batch_size: int) -> float:
+        """Samples/s this process trains a copy of the model on this client's data (one core)."""
+        import copy
+
+        from fedcure_app.devices import calibrate_host
+
+        model = copy.deepcopy(self.model)
+        return calibrate_host(
+            lambda steps: train_local(model, self.x, self.y, steps=steps, lr=0.01,
+                                      batch_size=batch_size, seed=0),
+            samples_per_step=min(batch_size, len(self.y)))
 
 
 _deployed: dict[tuple[str, int], _DeployedState] = {}
@@ -281,7 +313,8 @@ def train(msg: Message, context: Context) -> Message:
         _check_deployed_id(deployed, conf)
         client = deployed.client
         actuator = deployed.actuator(
-            kind, str(context.node_config.get("cpufreq-root", DEFAULT_CPU_ROOT)))
+            kind, str(context.node_config.get("cpufreq-root", DEFAULT_CPU_ROOT)),
+            dict(context.node_config), int(conf["batch-size"]))
         f_max = deployed.data.profile.f_max_ghz
         x, y, model = deployed.x, deployed.y, deployed.model
     else:

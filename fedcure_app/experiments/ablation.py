@@ -78,8 +78,24 @@ def variant_spec(ctx: Context, v: Variant) -> RunSpec:
     return ctx.spec(f"{ctx.name} FedCure ablation: {v.label}", "fedcure", seed=0, **v.flat)
 
 
-def plan(ctx: Context) -> list[RunSpec]:
-    return [variant_spec(ctx, v) for v in VARIANTS]
+def plan(ctx: Context, only: Sequence[str] | None = None) -> list[RunSpec]:
+    """The runs of the variants named in ``only`` (every variant when None), in
+    :data:`VARIANTS` order."""
+    return [variant_spec(ctx, v) for v in VARIANTS if only is None or v.key in only]
+
+
+def parse_variants(value: str) -> list[str]:
+    """Variant keys from a comma-separated ``value`` ('all': every one), checked."""
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    if not names:
+        raise ValueError("no ablation variant given")
+    if names == ["all"]:
+        return [v.key for v in VARIANTS]
+    bad = [n for n in names if n not in VARIANT_BY_KEY]
+    if bad:
+        raise ValueError(f"unknown ablation variant {bad[0]!r}; choose from "
+                         f"{', '.join(VARIANT_BY_KEY)} or all")
+    return list(dict.fromkeys(names))
 
 
 def paper_accuracy(dataset: str) -> float | None:

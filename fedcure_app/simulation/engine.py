@@ -333,6 +333,7 @@ class SimulationEngine:
             "energy_j": float(sum(r["energy_j"] for r in records)),
             "latency_cov": float(lat.std() / lat.mean()) if lat.size and lat.mean() > 0 else 0.0,
             "wall_seconds": wall,
+            "device": str(self.device),
             "coalitions": fed.coalitions,
             "initial_jsd": float(average_pairwise_jsd(
                 coalition_label_counts(counts, fed.partition.initial_assignment, m))),
