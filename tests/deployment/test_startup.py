@@ -86,8 +86,10 @@ def _run(tmp_path: Path, preload: bool, startup: float | None):
 def test_a_preloaded_trainer_reports_no_start_up_and_trains_the_same(tmp_path: Path):
     cold_arrays, cold = _run(tmp_path / "cold", preload=False, startup=0.0)
     warm_arrays, warm = _run(tmp_path / "warm", preload=True, startup=0.0)
-    assert cold["startup-s"] > 0  # it loaded the data file and built the model in the message
-    assert warm["startup-s"] == 0.0
+    # the cold one loaded the data file and built the model in the message; the warm one only
+    # made its (cpufreq off) actuator there
+    assert cold["startup-s"] > 0
+    assert warm["startup-s"] < 0.25  # microseconds idle; generous for a loaded machine
     for a, b in zip(cold_arrays, warm_arrays):  # the warm-up changed no weight
         np.testing.assert_array_equal(a, b)
 
@@ -95,7 +97,7 @@ def test_a_preloaded_trainer_reports_no_start_up_and_trains_the_same(tmp_path: P
 def test_start_up_the_executor_measured_is_reported_and_flwr_clientapp_reports_none(
         tmp_path: Path):
     _, restarted = _run(tmp_path / "a", preload=True, startup=2.5)
-    assert restarted["startup-s"] == pytest.approx(2.5)
+    assert 2.5 <= restarted["startup-s"] < 2.75
     _, per_message = _run(tmp_path / "b", preload=False, startup=None)
     assert per_message["startup-s"] == 0.0  # a process per message: start-up is every one's
 
