@@ -10,7 +10,7 @@ of its own whose CPU bandwidth is
 - ``host``: samples/s the model trains at on one unthrottled core of this machine (one
   calibration, :func:`calibrate_host`);
 - at most one core (the trainer uses one torch thread), at least :data:`FLOOR_FRACTION` of one
-  (a quota the scheduler can still honour every period; anything slower is rounded up to it).
+  (1 ms per 20 ms period, the kernel's smallest quota; anything slower is rounded up to it).
 
 The frequency reported back is the one the quota really gives: the directive clamped to the
 profile's range, and lowered to what one host core computes when the profile at f is faster
@@ -35,10 +35,12 @@ from fedcure_app.devices.profiles import DeviceProfile
 
 logger = logging.getLogger("fedcure_app.devices")
 
-#: the CFS period the actuator writes (µs): 100 ms, the kernel's default
-PERIOD_US = 100_000
-#: smallest quota, as a fraction of one core: 2 % (2 ms of every 100 ms period)
-FLOOR_FRACTION = 0.02
+#: the CFS period the actuator writes (µs): 20 ms, short against a training step so that a
+#: task's time does not depend on where in a period it starts (the kernel's default is 100 ms)
+PERIOD_US = 20_000
+#: smallest quota, as a fraction of one core: 5 % (1 ms of every 20 ms period, the kernel's
+#: smallest quota)
+FLOOR_FRACTION = 0.05
 #: the kernel refuses CFS quotas under 1 ms
 KERNEL_MIN_QUOTA_US = 1_000
 #: default prefix of the cgroups the actuator makes (``<prefix>-<pid>``)
