@@ -170,11 +170,11 @@ _BUSY = """
 import sys, time
 for line in sys.stdin:
     n = int(line)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     x = 0
     for i in range(n):
         x += i * i
-    print(time.perf_counter() - t0, flush=True)
+    print(time.perf_counter() - t0, time.process_time() - c0, flush=True)
 """
 
 
@@ -184,10 +184,13 @@ def _busy_child() -> subprocess.Popen:
 
 
 def _run(child: subprocess.Popen, n: int) -> float:
+    """Wall seconds of ``n`` iterations per CPU second they used: the slowdown the quota (and
+    nothing else) imposes, whatever else makes an iteration slower on a busy machine."""
     assert child.stdin is not None and child.stdout is not None
     child.stdin.write(f"{n}\n")
     child.stdin.flush()
-    return float(child.stdout.readline())
+    wall, cpu = map(float, child.stdout.readline().split())
+    return wall / cpu
 
 
 def test_halving_the_directive_really_doubles_a_busy_loop_time():
@@ -197,8 +200,12 @@ def test_halving_the_directive_really_doubles_a_busy_loop_time():
     try:
         # how fast an unthrottled core runs the loop: the loop plays the model, rpi4 the device
         n = 200_000
-        while _run(child, n) < 0.05:
+        t0 = time.perf_counter()
+        _run(child, n)
+        while time.perf_counter() - t0 < 0.05:
             n *= 2
+            t0 = time.perf_counter()
+            _run(child, n)
         rpi4 = PRESETS["rpi4"]
         # host speed set so that rpi4 at f_max needs a quarter of a core, at f_max/2 an eighth
         # (small shares, so that other load on the machine does not decide the times)
@@ -218,6 +225,7 @@ def test_halving_the_directive_really_doubles_a_busy_loop_time():
             act.apply(rpi4.f_max_ghz / 2)
             half.append(_run(child, work))
         full, half = min(full), min(half)
+        assert 3.4 <= full <= 4.6, (full, os.getloadavg())  # a quarter of a core: 4x longer
         assert 1.7 <= half / full <= 2.3, (full, half, os.getloadavg())
     finally:
         if act is not None:
