@@ -3,6 +3,7 @@
     fedcure-cloud --listen 0.0.0.0:9090 --expected-clients 50 --edges 5 --out results/cloud \\
         [--config fedcure.toml] [--method fedcure] [--rounds 100] [--register-timeout 300] \\
         [--dataset mnist --data-dir data/mnist] [--token SECRET] \\
+        [--dashboard 127.0.0.1:8080 [--dashboard-token SECRET]] \\
         (--tls-cert server.crt --tls-key server.key [--tls-client-ca ca.crt] | --insecure)
 
 Clients register (``Association.Register``) and learn their edge server; edge servers connect
@@ -10,7 +11,9 @@ Clients register (``Association.Register``) and learn their edge server; edge se
 done the cloud writes ``result.json``, the plots and ``final_model.safetensors`` into ``--out``
 and exits 0. SIGTERM/SIGINT stop it cleanly (partial results are written when rounds were done).
 With ``--dataset`` (or ``[data] dataset`` in the config file) the cloud evaluates the global model
-on that dataset's test split every ``eval-every`` rounds.
+on that dataset's test split every ``eval-every`` rounds. ``--dashboard HOST:PORT`` serves the live
+view (a page updated by server-sent events) and ``/metrics`` (Prometheus) over HTTP; an address
+other than loopback needs ``--dashboard-token`` (``cloud_server.live``).
 """
 
 from __future__ import annotations
@@ -84,8 +87,21 @@ def build_parser() -> argparse.ArgumentParser:
     sec.add_argument("--edge-certs", action="store_true",
                      help="with --tls-client-ca: every edge must present its own client "
                           "certificate (CN fedcure-edge-<m>, `fedcure certs --edges M`)")
+    live = p.add_argument_group("live view (a web page and Prometheus /metrics)")
+    live.add_argument("--dashboard", metavar="HOST:PORT",
+                      help="serve the live page and /metrics here (loopback, e.g. "
+                           "127.0.0.1:8080; any other address needs --dashboard-token)")
+    live.add_argument("--dashboard-token",
+                      default=os.environ.get("FEDCURE_DASHBOARD_TOKEN", ""),
+                      help="secret every request to the live view must carry (Authorization: "
+                           "Bearer TOKEN, or ?token=TOKEN in the page's address; default "
+                           "$FEDCURE_DASHBOARD_TOKEN)")
     p.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
     return p
+
+
+class DashboardBindError(OSError):
+    """The live view's address cannot be bound."""
 
 
 def make_config(args: argparse.Namespace) -> tuple[Any, bool]:
@@ -169,8 +185,23 @@ async def _run(args: argparse.Namespace, cfg: Any, evaluator: Any, credentials: 
                         "token may act as any edge (use --edge-tokens or --edge-certs)")
 
     max_bytes = None if args.max_message_mb is None else int(args.max_message_mb * 2**20)
-    result = await serve(service, args.listen, on_bound=bound, stop=stop,
-                         credentials=credentials, max_message_bytes=max_bytes)
+    dashboard = None
+    if args.dashboard:
+        from cloud_server.live import start_dashboard
+        from fedcure_app.live.server import check_bind
+
+        host, port = check_bind(args.dashboard, args.dashboard_token)
+        try:
+            dashboard = start_dashboard(service.controller, host, port, args.dashboard_token)
+        except OSError as err:
+            raise DashboardBindError(f"--dashboard {args.dashboard}: cannot listen there "
+                                     f"({err.strerror or err})") from None
+    try:
+        result = await serve(service, args.listen, on_bound=bound, stop=stop,
+                             credentials=credentials, max_message_bytes=max_bytes)
+    finally:
+        if dashboard is not None:
+            dashboard.stop()
     if result is None:
         controller = service.controller
         if controller.strategy is not None and controller.records:
@@ -205,6 +236,13 @@ def main(argv: list[str] | None = None) -> int:
         parse_listen(args.listen)
         from cloud_server.security import transport_from_flags
 
+        if args.dashboard:
+            from fedcure_app.live.server import DashboardError, check_bind
+
+            try:
+                check_bind(args.dashboard, args.dashboard_token)
+            except DashboardError as err:
+                raise ConfigError(str(err)) from None
         if args.edge_certs and not args.tls_client_ca:
             raise ConfigError("--edge-certs needs mutual TLS (--tls-client-ca)")
         if args.edge_tokens:
@@ -228,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
 
         try:
             return asyncio.run(_run(args, cfg, evaluator, credentials))
-        except AddressInUse as err:
+        except (AddressInUse, DashboardBindError) as err:
             print(f"{PROG}: error: {err}", file=sys.stderr)
             return 2
     except (ConfigError, ValueError, FileNotFoundError, OSError) as err:

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from fedcure_app.config import FedCureConfig
+from fedcure_app.live.model import StrategyView
 from fedcure_app.protocol import cloud_pb2 as pb
 from fedcure_app.protocol.codec import CodecError, check_like, decode_arrays, encode_arrays
 from fedcure_app.strategy import FedCureStrategy
@@ -47,7 +48,7 @@ from cloud_server.results import ResultsWriter
 from cloud_server.screening import NormScreen
 from cloud_server.state import (
     Arrival, ClientEntry, Federation, Phase, Roster, RoundView, RunLog, StatusSnapshot,
-    TaskBook, TaskState,
+    Tally, TaskBook, TaskState,
 )
 
 log = logging.getLogger("fedcure.cloud")
@@ -130,7 +131,10 @@ class CloudController:
         #: the formed federation and what changes it (None before formation)
         self.federation: Federation | None = None
         self.arrivals: Arrivals | None = None
+        #: late, expired and refused answers (the live view, /metrics)
+        self.tally = Tally()
         self._view = RoundView()
+        self._strategy_view = StrategyView(tau_e=cfg.method.tau_e)
 
     # ================================================================== reading
     @property
@@ -174,6 +178,12 @@ class CloudController:
             num_edges=self.num_edges, in_flight=view.in_flight,
             progress=self.progress.snapshot(self.is_live))
 
+    @property
+    def strategy_view(self) -> StrategyView:
+        """The strategy's figures and the rounds as of its last transition (the live view and
+        ``/metrics`` read it without the lock)."""
+        return self._strategy_view
+
     def is_live(self, task_id: str) -> bool:
         """The task is still expected (not answered, not expired, the run not ended)."""
         return not self.ended and self.tasks.live(task_id)
@@ -188,8 +198,14 @@ class CloudController:
             self.cfg.run.global_rounds)
 
     def _publish(self) -> None:
-        """A new :class:`RoundView` of the strategy (call holding the lock)."""
-        self._view = RoundView.of(self.strategy) if self.strategy is not None else RoundView()
+        """A new :class:`RoundView` and :class:`StrategyView` of the strategy (call holding
+        the lock)."""
+        s = self.strategy
+        self._view = RoundView.of(s) if s is not None else RoundView()
+        self._strategy_view = (
+            StrategyView.of(s, self.log.records, self.cfg.method.tau_e, self._strategy_view,
+                            self.log.initial_accuracy)
+            if s is not None else StrategyView(tau_e=self.cfg.method.tau_e))
 
     def _fault(self, kind: str, coalition: int | None, detail: str) -> None:
         self.log.fault(kind, coalition, detail, self.strategy.round if self.strategy else 0)
@@ -339,10 +355,10 @@ class CloudController:
         return self.arrivals.too_stale(task)
 
     def check_submit(self, task: TaskState, num_samples: int, latency_s: float, stats: Any,
-                     dropped: list[int]) -> None:
+                     dropped: list[int], startup_s: float = 0.0) -> None:
         """A Submit of ``task`` is expected and its numbers are within bounds."""
         assert self.arrivals is not None
-        self.arrivals.check(task, num_samples, latency_s, stats, dropped)
+        self.arrivals.check(task, num_samples, latency_s, stats, dropped, startup_s)
 
     def decode_model(self, task: TaskState, blob: bytes | memoryview) -> list[np.ndarray]:
         """The edge model of a Submit, decoded and checked against the global model's tensors
@@ -357,13 +373,13 @@ class CloudController:
 
     def arrive(self, task: TaskState, arrays: list[np.ndarray], latency: float,
                edge_latency: float, num_samples: int, reports: list[ClientReport],
-               dropped: list[int], late: bool = False) -> Arrival:
+               dropped: list[int], late: bool = False, startup_s: float = 0.0) -> Arrival:
         """Aggregate one edge model, dispatch again, record the round, write the checkpoint
         (worker thread): all of it or, when any step fails, none (:meth:`Arrivals.arrive`)."""
         assert self.arrivals is not None and self.log.t0 is not None
         with self.lock:
             arrival = self.arrivals.arrive(task, arrays, latency, edge_latency, num_samples,
-                                           reports, dropped, late)
+                                           reports, dropped, late, startup_s)
             self._publish()
             return arrival
 
@@ -372,6 +388,12 @@ class CloudController:
         at the end, given an evaluator)."""
         return self.evaluator is not None and (
             arrival.record["round"] % self.cfg.run.eval_every == 0 or arrival.finished)
+
+    def record_evaluation(self, record: dict[str, Any], accuracy: float, loss: float) -> None:
+        """Keep an evaluation of the global model in its round's ``record`` and publish it."""
+        with self.lock:
+            record["accuracy"], record["loss"] = accuracy, loss
+            self._publish()
 
     def evaluate(self) -> tuple[float, float]:
         """Accuracy and loss of a copy of the global model (worker thread)."""
@@ -388,6 +410,8 @@ class CloudController:
         assert self.arrivals is not None
         with self.lock:
             new = self.arrivals.lose(m, task, why)
+            if task is not None:
+                self.tally.expired()
             self._publish()
             return new
 

@@ -14,6 +14,10 @@ from typing import Any
 import grpc
 
 
+#: methods of the standard health service, left as grpcio-health-checking serves them
+HEALTH_PREFIX = "/grpc.health.v1.Health/"
+
+
 class Malformed:
     """A request that could not be parsed (``reason``: one line)."""
 
@@ -63,7 +67,9 @@ class MalformedRequestGuard(grpc.aio.ServerInterceptor):
                                 handler_call_details: grpc.HandlerCallDetails) -> Any:
         """Wrap unary handlers so a malformed request is refused with one short status."""
         handler = await continuation(handler_call_details)
-        if handler is None or handler.request_streaming:
+        if (handler is None or handler.request_streaming
+                or handler_call_details.method.startswith(HEALTH_PREFIX)):
+            # grpc.health.v1's Watch writes through its context instead of yielding
             return handler
         method = handler_call_details.method.rsplit("/", 1)[-1]
         parse = _tolerant(handler.request_deserializer, method)

@@ -285,13 +285,14 @@ class RunLoop:
         m = task.dispatch.coalition
         late = task.expired is not None
         if late:  # a late answer is a stale update: aggregated within the bound
+            c.tally.late()
             refusal = c.too_stale(task)
             if refusal is not None:
                 if m in strategy.unavailable and not self.done:
                     await self._take_back(m, "its edge server answered after the deadline")
                 raise refusal
         c.check_submit(task, int(req.num_samples), float(req.latency_s), req.stats,
-                       list(req.dropped_client_ids))
+                       list(req.dropped_client_ids), float(req.startup_s))
         task.pending = asyncio.get_running_loop().create_future()
         try:
             reply = await self._aggregate(task, req, model, received, late)
@@ -326,7 +327,8 @@ class RunLoop:
             try:
                 arrival = await asyncio.to_thread(
                     c.arrive, task, arrays, latency, float(req.latency_s),
-                    int(req.num_samples), reports, list(req.dropped_client_ids), late)
+                    int(req.num_samples), reports, list(req.dropped_client_ids), late,
+                    float(req.startup_s))
             except ValueError as err:  # the strategy refused the arrival
                 raise Refusal(Reason.FAILED_PRECONDITION,
                               f"task {task.task_id}: {err}") from None
@@ -346,7 +348,8 @@ class RunLoop:
                       time.monotonic() - t_pub)
             rec = arrival.record
             if c.should_evaluate(arrival):
-                rec["accuracy"], rec["loss"] = await asyncio.to_thread(c.evaluate)
+                acc, loss = await asyncio.to_thread(c.evaluate)
+                c.record_evaluation(rec, acc, loss)
             log.info(
                 "round %d/%d: coalition %d arrived%s (staleness %d, xi %.3f, latency "
                 "%.2f s, estimate %.2f s) -> version %d, dispatched %s%s",

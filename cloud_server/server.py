@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from fedcure_app.protocol import cloud_pb2_grpc as pb_grpc
 from fedcure_app.protocol.codec import GRPC_OPTIONS, edge_link_handler
@@ -31,6 +32,26 @@ def add_servicers(server: grpc.aio.Server, service: CloudService) -> None:
     pb_grpc.add_AssociationServicer_to_server(service, server)
     server.add_generic_rpc_handlers((edge_link_handler(service), progress_handler(service)))
     pb_grpc.add_MonitorServicer_to_server(service, server)
+
+
+#: the services the health checker reports on besides the server as a whole ("")
+HEALTH_SERVICES = ("", "fedcure.v1.Association", "fedcure.v1.EdgeLink", "fedcure.v1.Monitor")
+
+
+def add_health(server: grpc.aio.Server) -> health.aio.HealthServicer:
+    """Serve ``grpc.health.v1.Health`` (grpcio-health-checking) on ``server``: NOT_SERVING
+    until :func:`set_health` says otherwise."""
+    checker = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(checker, server)
+    return checker
+
+
+async def set_health(checker: health.aio.HealthServicer, serving: bool) -> None:
+    """Every service of :data:`HEALTH_SERVICES` SERVING or NOT_SERVING."""
+    status = (health_pb2.HealthCheckResponse.SERVING if serving
+              else health_pb2.HealthCheckResponse.NOT_SERVING)
+    for name in HEALTH_SERVICES:
+        await checker.set(name, status)
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -71,6 +92,9 @@ async def serve(service: CloudService, listen: str, *,
     so that clients polling it learn that training is over (``stop`` cuts it short).
     ``max_message_bytes``: largest request accepted (RESOURCE_EXHAUSTED above; default the
     codec's limit).
+    The standard ``grpc.health.v1.Health`` service answers on the same port: SERVING once
+    the cloud takes registrations (its checkpoint, if any, restored), NOT_SERVING once the run
+    finished or the cloud is stopping.
     Returns the result dict (None when stopped before the end). Raises :class:`AddressInUse`.
     """
     options = list(GRPC_OPTIONS)
@@ -81,9 +105,12 @@ async def serve(service: CloudService, listen: str, *,
         options.append(("grpc.max_receive_message_length", int(max_message_bytes)))
     server = grpc.aio.server(options=options, interceptors=[MalformedRequestGuard()])
     add_servicers(server, service)
+    checker = add_health(server)
+    await set_health(checker, False)
     port = _bind(server, listen, credentials)
     service.start()
     await server.start()
+    await set_health(checker, not service.run.done)  # a resumed run may be complete already
     if on_bound is not None:
         on_bound(port)
     waiters = [asyncio.ensure_future(service.wait_done())]
@@ -91,6 +118,7 @@ async def serve(service: CloudService, listen: str, *,
         waiters.append(asyncio.ensure_future(stop.wait()))
     try:
         await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        await set_health(checker, False)
         if (linger_s > 0 and service.controller.phase == Phase.DONE
                 and not (stop and stop.is_set())):
             pending = [w for w in waiters if not w.done()]  # the stop event, if any
@@ -101,6 +129,7 @@ async def serve(service: CloudService, listen: str, *,
     finally:
         for w in waiters:
             w.cancel()
+        await checker.enter_graceful_shutdown()
         await service.close()
         await server.stop(grace_s)
     return service.controller.result
@@ -110,13 +139,14 @@ class CloudServer:
     """A :class:`CloudService` served from a background thread (tests, benchmarks, notebooks).
 
     ``start()`` returns the bound port; ``stop()`` shuts it down; ``join(timeout)`` waits for the
-    run to end on its own.
+    run to end on its own (``linger_s`` after a finished run, as :func:`serve`).
     """
 
     def __init__(self, service: CloudService, listen: str = "127.0.0.1:0",
                  credentials: grpc.ServerCredentials | None = None,
-                 max_message_bytes: int | None = None) -> None:
+                 max_message_bytes: int | None = None, linger_s: float = 0.0) -> None:
         self.service = service
+        self.linger_s = float(linger_s)
         self.listen = listen
         self.credentials = credentials
         self.max_message_bytes = max_message_bytes
@@ -154,7 +184,7 @@ class CloudServer:
                 self._ready.set()
 
             await serve(self.service, self.listen, on_bound=bound, stop=self._stop, grace_s=0.5,
-                        credentials=self.credentials, linger_s=0.0,
+                        credentials=self.credentials, linger_s=self.linger_s,
                         max_message_bytes=self.max_message_bytes)
 
         try:
@@ -191,4 +221,5 @@ async def _as_coro(fn: Callable[[], Any]) -> Any:
     return fn()
 
 
-__all__ = ["AddressInUse", "CloudServer", "add_servicers", "parse_listen", "serve"]
+__all__ = ["AddressInUse", "CloudServer", "HEALTH_SERVICES", "add_health", "add_servicers",
+           "parse_listen", "serve", "set_health"]

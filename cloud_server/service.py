@@ -246,9 +246,20 @@ class CloudService:
         """Check and apply one Submit (the model beside the message, ``WithModel``); a duplicate
         of an answered task gets the same reply. Raises :class:`Refusal`/:class:`CloudError`."""
         received = time.monotonic()
-        req, model = unwrap(request)
-        self._check_edge(req.token, req.edge_id, context)
-        return await self.run.submit(req, model, received)
+        tally = self.controller.tally
+        try:
+            req, model = unwrap(request)
+            self._check_edge(req.token, req.edge_id, context)
+            reply = await self.run.submit(req, model, received)
+        except Refusal as err:
+            tally.refused(err.reason.name)
+            raise
+        except CloudError as err:
+            tally.refused(err.code.name)
+            raise
+        if not reply.accepted:
+            tally.refused("NOT_AGGREGATED")  # training was over when it came
+        return reply
 
     @answers_refusals
     async def Progress(self, request: pb.ProgressRequest, context: grpc.aio.ServicerContext

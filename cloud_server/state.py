@@ -11,7 +11,9 @@ owns one of each and hands them to the collaborators that need them:
 - :class:`RunLog`: what the run records (rounds, faults, warnings) and its clock;
 - :class:`TaskBook`: every dispatched :class:`TaskState` by id, and the encoded global model;
 - :class:`RoundView` and :class:`StatusSnapshot`: immutable views for readers that must not take
-  the controller's lock (``Monitor.Status``, and any later page or metrics scrape);
+  the controller's lock (``Monitor.Status``; the live view and ``/metrics`` read
+  :class:`fedcure_app.live.model.StrategyView`, published beside them);
+- :class:`Tally`: counts of late, expired and refused answers (its own small lock);
 - :class:`Phase`, :class:`Arrival`, and the checkpoint forms (``to_state``/``from_state``).
 """
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import enum
 import math
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -357,6 +360,38 @@ class StatusSnapshot:
         )
 
 
+class Tally:
+    """Counts of answers the live view and ``/metrics`` show: late answers, expired tasks and
+    refused updates by reason (gRPC status name). Thread-safe; its own small lock is held only
+    to add or copy, never while anything is written to a socket."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._late = 0
+        self._expired = 0
+        self._refused: dict[str, int] = {}
+
+    def late(self) -> None:
+        """An answer came after its task's deadline."""
+        with self._lock:
+            self._late += 1
+
+    def expired(self) -> None:
+        """A task expired unanswered."""
+        with self._lock:
+            self._expired += 1
+
+    def refused(self, reason: str) -> None:
+        """An edge update was refused for ``reason``."""
+        with self._lock:
+            self._refused[reason] = self._refused.get(reason, 0) + 1
+
+    def snapshot(self) -> tuple[int, int, dict[str, int]]:
+        """(late, expired, refused by reason), copied."""
+        with self._lock:
+            return self._late, self._expired, dict(self._refused)
+
+
 def jsonable(obj: Any) -> Any:
     """numpy scalars/arrays to Python, recursively."""
     if isinstance(obj, dict):
@@ -371,4 +406,4 @@ def jsonable(obj: Any) -> Any:
 
 
 __all__ = ["Arrival", "ClientEntry", "Federation", "Phase", "Roster", "RoundView", "RunLog",
-           "StatusSnapshot", "TaskBook", "TaskState", "jsonable", "reply_state"]
+           "StatusSnapshot", "Tally", "TaskBook", "TaskState", "jsonable", "reply_state"]

@@ -6,8 +6,10 @@
         [--tls-cert /certs/client.crt --tls-key /certs/client.key]
     fedcure-healthcheck --tcp 127.0.0.1:9092                        # a port accepts connections
 
-``--cloud`` asks the cloud's ``Monitor.Status`` (no token needed) and prints its phase and
-progress; exit 0 when it answers. ``--tcp`` only opens a TCP connection (the edge's Flower Fleet
+``--cloud`` asks the cloud's standard health service (``grpc.health.v1.Health/Check``, no
+token needed): exit 0 when it answers SERVING (the cloud takes registrations or trains), then
+prints its phase and progress from ``Monitor.Status``; NOT_SERVING (the run finished or the
+cloud is stopping) is unhealthy. ``--tcp`` only opens a TCP connection (the edge's Flower Fleet
 API). Exit 1, with one line on stderr, when the check fails.
 """
 
@@ -31,10 +33,18 @@ def check_cloud(args: argparse.Namespace) -> str:
     from fedcure_app.protocol import cloud_pb2_grpc as pb_grpc
     from fedcure_app.protocol.channel import open_channel
 
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
     channel = open_channel(args.cloud, tls_ca=args.tls_ca, tls_cert=args.tls_cert,
                            tls_key=args.tls_key, insecure=args.insecure,
                            server_name=args.server_name)
     try:
+        health = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service=""), timeout=args.timeout)
+        serving = health.status == health_pb2.HealthCheckResponse.SERVING
+        if not serving:
+            name = health_pb2.HealthCheckResponse.ServingStatus.Name(health.status)
+            raise RuntimeError(f"grpc.health.v1 answers {name}")
         reply = pb_grpc.MonitorStub(channel).Status(pb.StatusRequest(), timeout=args.timeout)
     finally:
         channel.close()
@@ -47,7 +57,8 @@ def check_cloud(args: argparse.Namespace) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="fedcure-healthcheck", description=__doc__.split("\n")[0])
     what = p.add_mutually_exclusive_group(required=True)
-    what.add_argument("--cloud", metavar="HOST:PORT", help="call the cloud's Monitor.Status")
+    what.add_argument("--cloud", metavar="HOST:PORT",
+                      help="call the cloud's grpc.health.v1 Check (and Monitor.Status)")
     what.add_argument("--tcp", metavar="HOST:PORT", help="open a TCP connection")
     p.add_argument("--insecure", action="store_true", help="plaintext gRPC (cloud without TLS)")
     p.add_argument("--tls-ca", metavar="FILE", help="CA the cloud's certificate chains to")

@@ -85,8 +85,8 @@ def app_options(run_config: Mapping[str, Any]) -> AppOptions:
     if role not in ROLES:
         raise ConfigError(f"unknown role {role!r}; choose one of {', '.join(ROLES)}")
     cpufreq = str(get("cpufreq"))
-    if cpufreq not in ("emulate", "sysfs", "off"):
-        raise ConfigError(f"unknown cpufreq {cpufreq!r}; choose emulate, sysfs or off")
+    if cpufreq not in ("emulate", "sysfs", "cgroup", "off"):
+        raise ConfigError(f"unknown cpufreq {cpufreq!r}; choose emulate, sysfs, cgroup or off")
     try:
         timeout = float(get("edge-timeout"))
         poll = float(get("poll-interval"))

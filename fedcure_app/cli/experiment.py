@@ -56,6 +56,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="simulate nothing: analyse the runs already cached in --out (missing "
                    "ablation variants are listed as not run yet; other experiments need all "
                    "theirs)")
+    p.add_argument("--variants", default="all",
+                   help="ablation only: the variants to simulate, comma-separated, from "
+                   "literal, batch10, momentum, lr, ell, batch64, tau10, epoch (the others "
+                   "are read from the cache or listed as not run yet)")
     p.add_argument("--no-progress", action="store_true", help="no live progress bars")
     p.set_defaults(func=run)
 
@@ -75,6 +79,12 @@ def run(args: argparse.Namespace) -> int:
     if args.fresh and args.cache_only:
         raise ValueError("--fresh and --cache-only exclude each other")
     device = checked_device(args.device)
+    variants = None
+    if args.variants != "all":
+        if args.name != "ablation":
+            raise ValueError("--variants applies to 'fedcure experiment ablation' only")
+        from fedcure_app.experiments.ablation import parse_variants
+        variants = parse_variants(args.variants)
     configure_threads(args.threads)  # the thread policy (fedcure_app.threads), logged once
     workers = resolve_workers(args.workers)
     datasets = parse_datasets(args.dataset)
@@ -94,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
             o = run_dataset(name, experiments, data_dir=args.data_dir, budget=args.budget,
                             seeds=args.seeds, out=out, progress=progress, fresh=args.fresh,
                             workers=workers, side_seeds=args.side_seeds, device=device,
-                            cache_only=args.cache_only)
+                            cache_only=args.cache_only, variants=variants)
             outcomes.append(o)
             if o.skipped:
                 progress.console.print(f"[yellow]{name}: skipped[/] — {o.skipped}")

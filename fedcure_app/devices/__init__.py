@@ -1,19 +1,30 @@
 """Device profiles, the latency and energy model, and CPU-frequency actuators.
 
-Three modules, one job each; every public name is importable from ``fedcure_app.devices``:
+Four modules, one job each; every public name is importable from ``fedcure_app.devices``:
 
 - :mod:`~fedcure_app.devices.profiles`: :class:`DeviceProfile`, the built-in :data:`PRESETS`,
   sampling a population, reading profile files;
 - :mod:`~fedcure_app.devices.latency`: compute and transfer times, jitter, a client's edge
   round, a coalition's task, energy, and their vectorised forms (:class:`PopulationArrays`);
 - :mod:`~fedcure_app.devices.cpufreq`: the actuators that apply a frequency directive (cpufreq
-  sysfs, emulated, off) and :func:`probe_device`.
+  sysfs, emulated, off) and :func:`probe_device`;
+- :mod:`~fedcure_app.devices.cgroup`: the CPU-bandwidth actuator (a cgroup quota that makes
+  this host compute at a profile's speed at f).
 
 Units throughout: frequencies in GHz, times in seconds, sizes in bytes, link rates in Mbit/s
 (10⁶ bit/s), work in CPU cycles, energy in joules.
 """
 
+from fedcure_app.devices.cgroup import (
+    CgroupCpuBandwidth,
+    CgroupError,
+    calibrate_host,
+    find_cpu_controller,
+    plan_quota,
+    remove_cgroups,
+)
 from fedcure_app.devices.cpufreq import (
+    ACTUATOR_KINDS,
     DEFAULT_CPU_ROOT,
     ActuatorKind,
     CpufreqError,
@@ -49,6 +60,8 @@ from fedcure_app.devices.profiles import (
 )
 
 __all__ = [
+    "ACTUATOR_KINDS", "CgroupCpuBandwidth", "CgroupError", "calibrate_host",
+    "find_cpu_controller", "plan_quota", "remove_cgroups",
     "DEFAULT_CPU_ROOT", "KERNEL_EFFICIENCY", "MODEL_ALIASES", "PRESETS", "TRAIN_FLOPS_PER_SAMPLE",
     "ActuatorKind", "CpufreqError", "CpufreqPermissionError", "DeviceProfile", "EmulatedThrottle",
     "FrequencyActuator", "NoThrottle", "PopulationArrays", "ProfileError", "SysfsCpufreq",

@@ -17,7 +17,7 @@ import math
 import os
 import platform
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -246,17 +246,48 @@ class NoThrottle:
         return float(measured_seconds)
 
 
-ActuatorKind = Literal["sysfs", "emulate", "off"]
+ActuatorKind = Literal["sysfs", "emulate", "off", "cgroup"]
+
+#: every ``--cpufreq`` choice
+ACTUATOR_KINDS: tuple[str, ...] = ("emulate", "sysfs", "cgroup", "off")
 
 
 def make_actuator(
-    kind: str, profile: DeviceProfile, *, root: str | Path = DEFAULT_CPU_ROOT
+    kind: str, profile: DeviceProfile, *, root: str | Path = DEFAULT_CPU_ROOT,
+    model: str | None = None, host_sps: float | None = None,
+    calibrate: Callable[[], float] | None = None, cgroup_name: str | None = None,
 ) -> FrequencyActuator:
-    """The actuator for ``kind`` (``sysfs``, ``emulate`` or ``off``) on a device ``profile``.
+    """The actuator for ``kind`` (``sysfs``, ``emulate``, ``cgroup`` or ``off``) on ``profile``.
 
     ``sysfs`` falls back to :class:`EmulatedThrottle` with a logged warning when cpufreq is
-    absent or not writable.
+    absent or not writable; so does ``cgroup`` when no cgroup CPU controller is writable.
+    ``cgroup`` needs ``model`` (the dataset whose cycles per sample count) and the host's
+    samples/s on one core: ``host_sps``, or ``calibrate()`` run once, unthrottled, to measure it.
     """
+    if kind == "cgroup":
+        from fedcure_app.devices.cgroup import CgroupCpuBandwidth, CgroupError, find_cpu_controller
+
+        if model is None:
+            raise ValueError("the cgroup actuator needs the model name")
+        try:
+            controller = find_cpu_controller()
+        except CgroupError as err:
+            logger.warning("cgroup CPU control unavailable (%s); emulating the throttle instead",
+                           err.strerror or err)
+            return EmulatedThrottle(profile.f_max_ghz, profile.f_min_ghz)
+        if host_sps is None:
+            if calibrate is None:
+                raise ValueError("the cgroup actuator needs host_sps or a calibrate function")
+            host_sps = float(calibrate())
+            logger.info("cgroup actuator: this host trains %s at %.0f samples/s on one core",
+                        model, host_sps)
+        try:
+            return CgroupCpuBandwidth(profile, model, host_sps, name=cgroup_name,
+                                      controller=controller)
+        except CgroupError as err:
+            logger.warning("cgroup CPU control unavailable (%s); emulating the throttle instead",
+                           err.strerror or err)
+            return EmulatedThrottle(profile.f_max_ghz, profile.f_min_ghz)
     if kind == "off":
         return NoThrottle(profile.f_max_ghz)
     if kind == "emulate":
@@ -269,7 +300,7 @@ def make_actuator(
         except (CpufreqPermissionError, CpufreqError) as err:
             logger.warning("cpufreq control unavailable (%s); emulating the throttle instead", err)
             return EmulatedThrottle(profile.f_max_ghz, profile.f_min_ghz)
-    raise ValueError(f"unknown frequency control {kind!r}; choose sysfs, emulate or off")
+    raise ValueError(f"unknown frequency control {kind!r}; choose {', '.join(ACTUATOR_KINDS)}")
 
 
 def _meminfo(proc: Path) -> dict[str, int]:

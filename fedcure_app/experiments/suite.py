@@ -78,11 +78,13 @@ def parse_experiments(value: str) -> list[str]:
 def run_dataset(name: str, experiments: list[str], *, data_dir: str | None, budget: str,
                 seeds: int | None, out: Path, progress: Any = None, fresh: bool = False,
                 workers: int | None = 1, side_seeds: int | None = None, device: Any = "cpu",
-                cache_only: bool = False) -> DatasetOutcome:
+                cache_only: bool = False,
+                variants: list[str] | None = None) -> DatasetOutcome:
     """Every experiment in ``experiments`` on dataset ``name`` (skipped if its files are
     missing); ``workers``: processes training each run's clients (None: one per core);
     ``device``: where they train; ``cache_only``: simulate nothing (see
-    :class:`~fedcure_app.experiments.runner.Runner`). An ablation written earlier for the same
+    :class:`~fedcure_app.experiments.runner.Runner`); ``variants``: simulate only these
+    ablation variants (the others are read from the cache, or listed as not run yet). An ablation written earlier for the same
     budget joins the outcome (read from its ``summary.json``) when it is not run now."""
     outcome = DatasetOutcome(name)
     t0 = time.perf_counter()
@@ -104,8 +106,16 @@ def run_dataset(name: str, experiments: list[str], *, data_dir: str | None, budg
     for exp in experiments:
         module = EXPERIMENTS[exp]
         e0 = time.perf_counter()
-        runner.run_all(module.plan(ctx))
-        section = module.analyse(ctx)
+        if exp == "ablation" and variants is not None:
+            runner.run_all(module.plan(ctx, only=variants))
+            runner.cache_only = True  # the other variants: from the cache or "not run yet"
+            try:
+                section = module.analyse(ctx)
+            finally:
+                runner.cache_only = cache_only
+        else:
+            runner.run_all(module.plan(ctx))
+            section = module.analyse(ctx)
         section.wall_seconds = time.perf_counter() - e0
         section.save(ctx.folder(exp))
         outcome.sections[exp] = section

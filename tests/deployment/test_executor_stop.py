@@ -67,19 +67,33 @@ def test_the_runtime_retries_give_up_once_stop_is_set():
     assert len(calls) == 3 and time.monotonic() - t0 < 10
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _hang_up_server() -> tuple[socket.socket, int]:
+    """A listener that closes every connection it accepts (a SuperNode going away)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return server, server.getsockname()[1]
 
 
 def test_the_executor_exits_cleanly_on_sigterm_with_its_supernode_gone(tmp_path: Path):
-    """Nothing listens on the Runtime API address (the SuperNode already stopped): the
-    executor, retrying it, still exits with code 0 within 3 s of SIGTERM, and its trainer too."""
+    """The Runtime API hangs up, then stops listening (the SuperNode went away): the executor,
+    retrying it with Flower's back-off, still exits with code 0 within 3 s of SIGTERM, and its
+    trainer too."""
     secret = write_secret(tmp_path / "work" / "superexec.secret")
+    server, port = _hang_up_server()
     proc = subprocess.Popen(
         [sys.executable, "-m", "client.executor", "--runtime-api-address",
-         f"127.0.0.1:{_free_port()}", "--secret-file", str(secret)],
+         f"127.0.0.1:{port}", "--secret-file", str(secret)],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
     lines: list[str] = []
     ready = threading.Event()
@@ -94,7 +108,9 @@ def test_the_executor_exits_cleanly_on_sigterm_with_its_supernode_gone(tmp_path:
     threading.Thread(target=pump, daemon=True).start()
     try:
         assert ready.wait(180), "".join(lines)
-        time.sleep(1.5)  # a few refused AcquireTask calls and back-offs
+        time.sleep(1.0)  # AcquireTask calls hung up on
+        server.close()
+        time.sleep(1.5)  # refused ones, and Flower's back-off between them
         t0 = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(10)

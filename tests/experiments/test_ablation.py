@@ -108,6 +108,47 @@ def test_cache_only_simulates_nothing_and_lists_what_is_missing(tmp_path, capsys
                  "--fresh", "--cache-only"]) == 2
 
 
+def test_variants_simulates_only_the_named_ones_and_lists_the_rest(tmp_path, one_thread):
+    rc = main(["experiment", "ablation", "--dataset", "digits", "--budget", "tiny",
+               "--out", str(tmp_path), "--no-progress", "--workers", "1",
+               "--variants", "lr,batch10"])
+    assert rc == 0
+    runs = list((tmp_path / "digits" / "runs").glob("*.json.gz"))
+    assert len(runs) == 2
+    assert all(json.loads(gzip.open(p, "rt").read())["device"] == "cpu" for p in runs)
+    data = _summary(tmp_path)["data"]
+    keys = {p.name.split(".")[0] for p in runs}
+    # a variant is read when its run is one of the two (at the tiny budget the literal run may
+    # share a key with one of them); every other one is listed as not run yet
+    assert {"batch10", "lr"} <= set(data["variants"])
+    assert all(v["key"] in keys for v in data["variants"].values())
+    assert data["pending"] == [v.key for v in ablation.VARIANTS if v.key not in data["variants"]]
+    assert "epoch" in data["pending"]
+
+
+def test_variants_are_checked_and_belong_to_the_ablation(tmp_path, capsys):
+    assert ablation.parse_variants("all") == [v.key for v in ablation.VARIANTS]
+    assert ablation.parse_variants("epoch, lr,epoch") == ["epoch", "lr"]
+    assert main(["experiment", "ablation", "--budget", "tiny", "--out", str(tmp_path),
+                 "--variants", "lr,nesterov"]) == 2
+    assert "unknown ablation variant 'nesterov'" in capsys.readouterr().err
+    assert main(["experiment", "table1", "--budget", "tiny", "--out", str(tmp_path),
+                 "--variants", "lr"]) == 2
+    assert "--variants applies to" in capsys.readouterr().err
+    assert not (tmp_path / "digits").exists()
+
+
+def test_the_help_names_every_variant():
+    import argparse
+
+    from fedcure_app.cli.experiment import register
+
+    sub = argparse.ArgumentParser().add_subparsers()
+    register(sub)
+    text = " ".join(sub.choices["experiment"].format_help().split())
+    assert ", ".join(v.key for v in ablation.VARIANTS) in text
+
+
 def test_a_cached_run_without_diagnostics_is_simulated_again_and_checked(tmp_path, one_thread):
     digits = load_dataset("digits")
     cfg = base_config("digits", None, get_budget("tiny", "digits"))
@@ -233,3 +274,14 @@ def test_the_dip_explanation_claims_only_what_the_numbers_show():
     moved = ablation.dip_explanation(_dip_data(staleness_during=3.0, jsd=0.2, loss_rises=1))
     assert "schedule shifts" in moved and "does not change" not in moved
     assert "JSD" not in moved and "not diverging" not in moved
+
+
+def test_each_variant_reports_its_deepest_fall_and_a_gpu_run_says_so():
+    lit = {"label": "literal", "dip": {"peak_round": 25, "peak": 0.83, "trough_round": 35,
+                                       "trough": 0.79, "recovered_round": 55, "depth": 0.04}}
+    flat = {"label": "momentum 0.9", "dip": None}
+    text = ablation.variant_dips({"literal": lit, "momentum": flat})
+    assert "literal: 4.00 points, round 25 → 35" in text and "momentum 0.9: never falls" in text
+    assert ablation.variant_dips({}) == ""
+    assert ablation.wall_cell({"wall_seconds": 116.4, "device": "cuda"}) == "116 (cuda)"
+    assert ablation.wall_cell({"wall_seconds": 806.0}) == "806"

@@ -1,0 +1,189 @@
+// FedCure live view: reads /events (server-sent events) and draws the run. No dependencies.
+"use strict";
+(function () {
+  const params = new URLSearchParams(location.search);
+  const token = params.get("token");
+  const suffix = token ? "?token=" + encodeURIComponent(token) : "";
+  const COLORS = ["#4f46e5", "#0a7d32", "#d97706", "#b42318", "#0891b2", "#7c3aed",
+                  "#be185d", "#4d7c0f", "#475569", "#c2410c"];
+  const SVGNS = "http://www.w3.org/2000/svg";
+  let rows = [];  // every round seen, as objects
+
+  const $ = (id) => document.getElementById(id);
+  const color = (m) => COLORS[m % COLORS.length];
+  const fmt = (x, d) => (x === null || x === undefined || !isFinite(x)) ? "-" : Number(x).toFixed(d);
+  const secs = (x) => (x === null || x === undefined) ? "-" : (x < 120 ? x.toFixed(1) + " s" : (x / 60).toFixed(1) + " min");
+
+  function el(tag, attrs, text) {
+    const e = document.createElementNS(SVGNS, tag);
+    for (const k in attrs) e.setAttribute(k, attrs[k]);
+    if (text !== undefined) e.textContent = text;
+    return e;
+  }
+
+  // a line/point chart: series = [{color, points: [[x, y]], dash, dots, label}]
+  function chart(svg, series, xlabel, ymin) {
+    while (svg.firstChild) svg.removeChild(svg.firstChild);
+    const W = svg.clientWidth || 440, H = svg.clientHeight || 230, L = 48, R = 10, T = 10, B = 30;
+    svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
+    const pts = series.flatMap((s) => s.points);
+    if (!pts.length) { svg.appendChild(el("text", {x: L, y: H / 2}, "no rounds yet")); return; }
+    let x0 = Math.min(...pts.map((p) => p[0])), x1 = Math.max(...pts.map((p) => p[0]));
+    let y0 = ymin !== undefined ? Math.min(ymin, ...pts.map((p) => p[1])) : Math.min(...pts.map((p) => p[1]));
+    let y1 = Math.max(...pts.map((p) => p[1]));
+    if (x1 === x0) x1 = x0 + 1;
+    if (y1 === y0) y1 = y0 + 1;
+    const sx = (x) => L + (x - x0) / (x1 - x0) * (W - L - R);
+    const sy = (y) => H - B - (y - y0) / (y1 - y0) * (H - T - B);
+    svg.appendChild(el("line", {x1: L, y1: H - B, x2: W - R, y2: H - B, stroke: "#d7dbe2"}));
+    svg.appendChild(el("line", {x1: L, y1: T, x2: L, y2: H - B, stroke: "#d7dbe2"}));
+    for (let i = 0; i <= 4; i++) {
+      const y = y0 + (y1 - y0) * i / 4, x = x0 + (x1 - x0) * i / 4;
+      svg.appendChild(el("text", {x: L - 4, y: sy(y) + 4, "text-anchor": "end"}, +y.toPrecision(3)));
+      svg.appendChild(el("text", {x: sx(x), y: H - B + 14, "text-anchor": "middle"}, +x.toPrecision(3)));
+    }
+    svg.appendChild(el("text", {x: W - R, y: H - 2, "text-anchor": "end"}, xlabel));
+    series.forEach((s) => {
+      if (s.points.length > 1 && !s.dots) {
+        const d = s.points.map((p, i) => (i ? "L" : "M") + sx(p[0]).toFixed(1) + " " + sy(p[1]).toFixed(1)).join(" ");
+        const a = {d: d, fill: "none", stroke: s.color, "stroke-width": 1.6};
+        if (s.dash) a["stroke-dasharray"] = "5 4";
+        svg.appendChild(el("path", a));
+      }
+      if (s.dots || s.points.length === 1) {
+        s.points.forEach((p) => svg.appendChild(el("circle", {cx: sx(p[0]), cy: sy(p[1]), r: 2.6, fill: s.color})));
+      }
+    });
+    let lx = L + 6;
+    series.filter((s) => s.label).forEach((s) => {
+      svg.appendChild(el("rect", {x: lx, y: T, width: 10, height: 3, fill: s.color}));
+      const t = el("text", {x: lx + 13, y: T + 5}, s.label);
+      svg.appendChild(t);
+      lx += 18 + 7 * s.label.length;
+    });
+  }
+
+  function bars(svg, groups) {  // groups: [{label, a, b, color}] a = share, b = delta
+    while (svg.firstChild) svg.removeChild(svg.firstChild);
+    const W = svg.clientWidth || 440, H = svg.clientHeight || 230, L = 40, B = 30, T = 18;
+    svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
+    if (!groups.length) { svg.appendChild(el("text", {x: L, y: H / 2}, "not formed yet")); return; }
+    const top = Math.max(0.01, ...groups.map((g) => Math.max(g.a, g.b)));
+    const gw = (W - L - 10) / groups.length, bw = Math.min(28, gw / 3);
+    const sy = (y) => H - B - y / top * (H - T - B);
+    svg.appendChild(el("line", {x1: L, y1: H - B, x2: W - 10, y2: H - B, stroke: "#d7dbe2"}));
+    for (let i = 0; i <= 2; i++) {
+      const y = top * i / 2;
+      svg.appendChild(el("text", {x: L - 4, y: sy(y) + 4, "text-anchor": "end"}, y.toFixed(2)));
+    }
+    groups.forEach((g, i) => {
+      const x = L + gw * i + gw / 2 - bw;
+      svg.appendChild(el("rect", {x: x, y: sy(g.a), width: bw, height: H - B - sy(g.a), fill: g.color}));
+      svg.appendChild(el("rect", {x: x + bw, y: sy(g.b), width: bw, height: H - B - sy(g.b), fill: "none", stroke: g.color, "stroke-dasharray": "3 2"}));
+      svg.appendChild(el("text", {x: x + bw, y: H - B + 14, "text-anchor": "middle"}, g.label));
+    });
+    svg.appendChild(el("text", {x: L + 4, y: 12}, "filled: share of rounds · dashed: target δ"));
+  }
+
+  function cell(tr, text, cls) {
+    const td = document.createElement("td");
+    td.textContent = text;
+    if (cls) td.className = cls;
+    tr.appendChild(td);
+    return td;
+  }
+
+  function render(s) {
+    $("source").textContent = s.source === "simulation" ? "(simulation, simulated clock)" : "(deployment)";
+    $("phase").textContent = s.phase;
+    $("round").textContent = s.round;
+    $("global-rounds").textContent = s.global_rounds;
+    $("version").textContent = s.version;
+    $("clients").textContent = s.clients_registered + " / " + s.expected_clients;
+    $("edges").textContent = s.edges_connected + " / " + s.num_edges;
+    $("elapsed").textContent = secs(s.elapsed_s);
+    $("accuracy").textContent = s.accuracy === null ? "-" : (100 * s.accuracy).toFixed(2) + " %";
+    $("clock").textContent = s.clock === "simulated" ? "simulated" : "wall-clock";
+    document.body.dataset.round = s.round;
+    document.body.dataset.phase = s.phase;
+
+    const tb = $("coalitions").tBodies[0];
+    tb.textContent = "";
+    s.coalitions.forEach((c) => {
+      const tr = document.createElement("tr");
+      tr.dataset.coalition = c.coalition;
+      tr.dataset.state = c.state;
+      cell(tr, c.coalition).style.color = color(c.coalition);
+      cell(tr, c.edge);
+      cell(tr, c.members.join(", "), "members");
+      cell(tr, c.state, "state state-" + c.state);
+      cell(tr, c.edge_round === null ? "-" : (Math.min(c.edge_round + 1, c.tau_e) + " / " + c.tau_e), "num");
+      cell(tr, c.waiting.join(", "), "waiting");
+      cell(tr, secs(c.elapsed_s), "num");
+      const eta = cell(tr, secs(c.eta_s), "num");
+      if (c.elapsed_s !== null && c.t_hat_s !== null && c.elapsed_s > c.t_hat_s) eta.className += " late";
+      cell(tr, secs(c.t_hat_s), "num");
+      cell(tr, fmt(c.delta, 3), "num");
+      cell(tr, fmt(c.queue, 3), "num");
+      cell(tr, fmt(c.share, 3), "num");
+      tb.appendChild(tr);
+    });
+
+    const M = s.coalitions.length;
+    const qs = [], lat = [];
+    for (let m = 0; m < M; m++) {
+      qs.push({color: color(m), label: "Λ" + m, points: rows.map((r) => [r.round, r.queues[m]])});
+      const mine = rows.filter((r) => r.coalition === m);
+      lat.push({color: color(m), label: "c" + m, dots: true, points: mine.map((r) => [r.round, r.latency_s])});
+      lat.push({color: color(m), dash: true, points: mine.map((r) => [r.round, r.estimate_s])});
+    }
+    chart($("queues"), qs, "global round", 0);
+    chart($("latency"), lat, "global round (dots: measured, dashed: T̂ at dispatch)", 0);
+    bars($("shares"), s.coalitions.map((c) => ({label: "c" + c.coalition, a: c.share, b: c.delta, color: color(c.coalition)})));
+    const acc = rows.filter((r) => r.accuracy !== null).map((r) => [r.time_s, r.accuracy]);
+    if (s.initial_accuracy !== null && acc.length) acc.unshift([0, s.initial_accuracy]);
+    chart($("acc"), [{color: "#4f46e5", points: acc, label: "test accuracy"}], "seconds since round 0", 0);
+
+    const ct = $("clients-table").tBodies[0];
+    ct.textContent = "";
+    const top = Math.max(0.1, ...s.clients.map((c) => Math.max(c.directive_ghz || 0, c.applied_ghz || 0)));
+    s.clients.forEach((c) => {
+      const tr = document.createElement("tr");
+      tr.dataset.client = c.client;
+      cell(tr, c.client);
+      cell(tr, c.coalition === null ? "-" : c.coalition);
+      cell(tr, fmt(c.directive_ghz, 2), "num");
+      cell(tr, fmt(c.applied_ghz, 2), "num");
+      const td = cell(tr, "");
+      const a = document.createElement("span"); a.className = "bar";
+      a.style.width = (80 * (c.directive_ghz || 0) / top) + "px";
+      const b = document.createElement("span"); b.className = "bar applied";
+      b.style.width = (80 * (c.applied_ghz || 0) / top) + "px";
+      td.appendChild(a); td.appendChild(document.createElement("br")); td.appendChild(b);
+      ct.appendChild(tr);
+    });
+
+    const kt = $("counts").tBodies[0];
+    kt.textContent = "";
+    const k = s.counts;
+    const items = [["aggregated updates", k.accepted], ["late answers (after their deadline)", k.late],
+                   ["clients dropped from an edge round", k.dropped], ["tasks expired unanswered", k.expired]];
+    Object.keys(k.refused).sort().forEach((r) => items.push(["refused: " + r, k.refused[r]]));
+    items.forEach((it) => { const tr = document.createElement("tr"); cell(tr, it[0]); cell(tr, it[1], "num"); kt.appendChild(tr); });
+  }
+
+  function update(s) {
+    const fields = s.round_fields;
+    const fresh = s.history.map((a) => { const o = {}; fields.forEach((f, i) => { o[f] = a[i]; }); return o; });
+    rows = rows.slice(0, s.history_from).concat(fresh);
+    render(s);
+  }
+
+  function connect() {
+    const es = new EventSource("events" + suffix);
+    es.onopen = () => { $("link").textContent = "live"; $("link").className = "dim"; };
+    es.onmessage = (e) => update(JSON.parse(e.data));
+    es.onerror = () => { $("link").textContent = "disconnected, retrying…"; $("link").className = "down"; };
+  }
+  connect();
+})();

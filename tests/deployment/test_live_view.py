@@ -1,0 +1,191 @@
+"""The cloud's live view (fedcure_app.live, cloud_server.live): the page, its event stream and
+/metrics show the run's state as Monitor.Status and the controller know it, read a snapshot
+without the cloud's lock, and refuse what they must (a non-loopback address without a token,
+requests without the token, writes)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+import urllib.error
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from cloud_server.cli import main as cloud_main
+from cloud_server.live import live_state, start_dashboard
+from fedcure_app.live.metrics import METRICS
+from fedcure_app.live.server import DashboardError, LiveServer, check_bind, static_file
+from tests.deployment.test_cloud import federation, status
+
+
+def get(url: str, headers: dict | None = None, timeout: float = 5.0) -> tuple[int, bytes]:
+    req = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read()
+
+
+def metrics(url: str) -> dict[str, list]:
+    code, body = get(url + "metrics")
+    assert code == 200
+    out: dict[str, list] = {}
+    for fam in text_string_to_metric_families(body.decode()):
+        for s in fam.samples:
+            out.setdefault(s.name, []).append(s)
+    return out
+
+
+def one(samples: dict, name: str, **labels) -> float:
+    got = [s.value for s in samples[name] if all(s.labels.get(k) == v for k, v in labels.items())]
+    assert len(got) == 1, (name, labels, samples.get(name))
+    return got[0]
+
+
+@pytest.fixture
+def running(cleanup):
+    server, fakes, _, replies = federation(cleanup, clients=6, edges=3,
+                                           **{"max-concurrent": 2, "global-rounds": 20})
+    live = start_dashboard(server.service.controller, "127.0.0.1", 0, interval_s=0.1)
+    cleanup.append(live)
+    return server, fakes, replies, live
+
+
+def test_the_page_and_its_state_match_monitor_status(running):
+    server, fakes, replies, live = running
+    code, page = get(live.url)
+    assert code == 200 and b"static/app.js" in page and b"http" not in page.split(b"<body>")[1]
+    assert get(live.url + "static/app.js")[1] == static_file("app.js")
+    tasks = {f.edge_id: f.next_task() for f in fakes[:2]}
+    fakes[0].submit(tasks[0])
+    s = json.loads(get(live.url + "api/state")[1])
+    st = status(server.address)
+    assert (s["phase"], s["round"], s["version"]) == ("training", st.round, st.version) == (
+        "training", 1, 1)
+    assert (s["clients_registered"], s["edges_connected"]) == (6, 3)
+    members = {m: sorted(r.client_id for r in replies if r.edge_id == m) for m in range(3)}
+    assert {c["coalition"]: c["members"] for c in s["coalitions"]} == members
+    training = {c["coalition"] for c in s["coalitions"] if c["state"] == "training"}
+    assert training == set(st.in_flight)
+    assert len(s["history"]) == 1 and s["history"][0][s["round_fields"].index("coalition")] == 0
+    # per client: the directive of its task and the frequency it reported applying
+    freq = {c["client"]: c for c in s["clients"]}
+    for c, f in tasks[0].frequencies_ghz.items():
+        assert freq[c]["directive_ghz"] == pytest.approx(f)
+        assert freq[c]["applied_ghz"] == pytest.approx(f)
+    # nothing the page gets names a client or an address
+    text = json.dumps(s)
+    assert "client-" not in text and "127.0.0.1" not in text
+
+
+def test_metrics_carry_the_documented_names_and_follow_the_run(running):
+    server, fakes, _, live = running
+    task = fakes[0].next_task()
+    before = metrics(live.url)
+    assert one(before, "fedcure_global_version") == 0
+    fakes[0].submit(task)
+    with pytest.raises(Exception):  # a task the cloud does not know: NOT_FOUND
+        fakes[0].submit(task, task_id="r9-c0-v9")
+    m = metrics(live.url)
+    c = server.service.controller
+    assert one(m, "fedcure_global_version") == c.strategy.version == 1
+    assert one(m, "fedcure_global_rounds_total") == 1
+    assert one(m, "fedcure_updates_accepted_total") == 1
+    assert one(m, "fedcure_updates_refused_total", reason="NOT_FOUND") == 1
+    assert one(m, "fedcure_phase", phase="training") == 1
+    assert one(m, "fedcure_task_latency_seconds_count", coalition="0") == 1
+    assert one(m, "fedcure_clients_registered") == 6 and one(m, "fedcure_edges_connected") == 3
+    for k in range(3):
+        assert one(m, "fedcure_virtual_queue", coalition=str(k)) == pytest.approx(
+            c.strategy.scheduler.queues.values[k])
+        assert one(m, "fedcure_latency_estimate_seconds", coalition=str(k)) == pytest.approx(
+            c.strategy.estimator.mean()[k])
+        assert one(m, "fedcure_target_share", coalition=str(k)) == pytest.approx(
+            c.strategy.delta[k])
+    for cid, f in task.frequencies_ghz.items():
+        assert one(m, "fedcure_client_applied_ghz", client=str(cid)) == pytest.approx(f)
+    # every family the collector yields is documented
+    names = {n.removesuffix("_total").removesuffix("_count").removesuffix("_sum")
+             .removesuffix("_bucket") for n in m}
+    assert names <= set(METRICS) | {"fedcure_task_latency_seconds"}
+
+
+def test_readers_never_wait_for_the_cloud_lock(running):
+    server, fakes, _, live = running
+    fakes[0].submit(fakes[0].next_task())
+    c = server.service.controller
+    with c.lock:  # the cloud busy in a transition: page, state and metrics still answer
+        assert get(live.url + "metrics", timeout=3)[0] == 200
+        assert json.loads(get(live.url + "api/state", timeout=3)[1])["round"] == 1
+        assert live_state(c).round == 1
+
+
+def test_the_event_stream_sends_each_round_once(running):
+    server, fakes, _, live = running
+    conn = http.client.HTTPConnection("127.0.0.1", live.port, timeout=10)
+    conn.request("GET", "/events")
+    resp = conn.getresponse()
+    assert resp.status == 200 and resp.getheader("Content-Type") == "text/event-stream"
+
+    def events():
+        buf = b""
+        while True:
+            line = resp.fp.readline()
+            if line == b"\n" and buf:
+                yield json.loads(buf.decode()[len("data: "):])
+                buf = b""
+            elif line.startswith(b"data: "):
+                buf = line.rstrip(b"\n")
+
+    stream = events()
+    first = next(stream)
+    assert first["round"] == 0 and first["history"] == [] and first["history_from"] == 0
+    fakes[0].submit(fakes[0].next_task())
+    ev = next(stream)
+    while ev["round"] < 1:
+        ev = next(stream)
+    assert ev["history_from"] == 0 and len(ev["history"]) == 1
+    fakes[1].submit(fakes[1].next_task())
+    ev = next(stream)
+    while ev["round"] < 2:
+        ev = next(stream)
+    assert ev["history_from"] == 1 and len(ev["history"]) == 1  # only the new round
+    conn.close()
+
+
+def test_an_exposed_view_needs_a_token_and_requests_without_it_get_401(cleanup, capsys):
+    with pytest.raises(DashboardError, match="--dashboard-token"):
+        check_bind("0.0.0.0:8080", "")
+    assert check_bind("127.0.0.1:8080", "") == ("127.0.0.1", 8080)
+    assert check_bind("[::1]:8080", "") == ("::1", 8080)
+    code = cloud_main(["--listen", "127.0.0.1:0", "--expected-clients", "2", "--edges", "1",
+                       "--insecure", "--dashboard", "0.0.0.0:0"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "--dashboard-token" in err[0], err
+
+    server, _, _, _ = federation(cleanup, clients=2, edges=1)
+    token = "s3cret-token"
+    live = LiveServer(lambda: live_state(server.service.controller), "127.0.0.1", 0,
+                      token=token)
+    live.start()
+    cleanup.append(live)
+    for path in ("", "metrics", "api/state", "events", "static/app.js"):
+        assert get(live.url + path)[0] == 401, path
+        assert get(live.url + path + "?token=wrong-token")[0] == 401, path
+    assert get(live.url + "metrics", {"Authorization": f"Bearer {token}"})[0] == 200
+    assert get(live.url + f"api/state?token={token}")[0] == 200
+    req = urllib.request.Request(live.url + f"api/state?token={token}", data=b"x",
+                                 method="POST")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(req, timeout=5)
+    assert refused.value.code == 405
+
+
+def test_a_loopback_view_refuses_foreign_host_names(running):
+    _, _, _, live = running
+    assert get(live.url, {"Host": "attacker.example:8080"})[0] == 403
+    assert get(live.url, {"Host": f"localhost:{live.port}"})[0] == 200
