@@ -138,3 +138,19 @@ def test_a_config_files_eval_every_is_kept(tmp_path):
     args = build_parser().parse_args(["launch", "--clients", "2", "--edges", "1",
                                       "--rounds", "40", "--config", str(cfg)])
     assert config_from_args(args).run.eval_every == 3
+
+
+def test_building_the_parsers_imports_no_torch():
+    """``fedcure form``/``--help`` start fast: torch is imported by the handlers only."""
+    import subprocess
+    import sys
+
+    from fedcure_app.cli.simulate import DEVICE_CHOICES
+    from fedcure_app.training import DEVICES
+
+    assert DEVICE_CHOICES == DEVICES
+    code = ("import sys; from fedcure_app.cli import build_parser; build_parser(); "
+            "print(sorted(m for m in ('torch', 'flwr') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.stdout.strip() == "[]", done.stderr

@@ -103,11 +103,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+#: ``fedcure_app.training.DEVICES``, spelled here so that building the parser imports no torch
+#: (every ``fedcure`` command builds every sub-command's parser)
+DEVICE_CHOICES: tuple[str, ...] = ("cpu", "cuda", "auto")
+
+
 def add_device_option(p: argparse.ArgumentParser) -> None:
     """``--device {cpu,cuda,auto}`` (shared by ``simulate`` and ``experiment``)."""
-    from fedcure_app.training import DEVICES
-
-    p.add_argument("--device", choices=list(DEVICES), default="cpu",
+    p.add_argument("--device", choices=list(DEVICE_CHOICES), default="cpu",
                    help="where clients train and the global model is evaluated; auto: a CUDA "
                    "GPU when torch sees one, else the CPU (results are not bit-identical "
                    "across devices)")
