@@ -46,6 +46,11 @@ log = logging.getLogger(__name__)
 #: default shortest task deadline under launch (s)
 LAUNCH_DEADLINE_MIN_S = 120.0
 
+#: where the live view goes unless told otherwise (or the next free port above it)
+DEFAULT_DASHBOARD = "127.0.0.1:8080"
+#: how many ports above the asked one a busy dashboard port may move to
+DASHBOARD_PORT_TRIES = 20
+
 #: launch option -> flat configuration key
 _OPTIONS: dict[str, str] = {
     "dataset": "dataset", "data_dir": "data-dir", "rounds": "global-rounds",
@@ -73,6 +78,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--supernode-auth", action="store_true",
                    help="edges admit only the SuperNodes of their assigned clients (Flower "
                         "SuperNode authentication; needs --tls-dir)")
+    p.add_argument("--dashboard", default=DEFAULT_DASHBOARD, metavar="HOST:PORT",
+                   help="the cloud's live view (web page and Prometheus /metrics); default "
+                        f"{DEFAULT_DASHBOARD}, or the next free port above it (port 0: any "
+                        "free port); another address than loopback needs --dashboard-token")
+    p.add_argument("--dashboard-token", default=os.environ.get("FEDCURE_DASHBOARD_TOKEN", ""),
+                   help="secret the live view asks of every request (default "
+                        "$FEDCURE_DASHBOARD_TOKEN)")
+    p.add_argument("--no-dashboard", action="store_true", help="no live view")
     config_defaults_help(p, _OPTIONS)
     p.set_defaults(func=run)
 
@@ -148,8 +161,39 @@ def check_inputs(args: argparse.Namespace, cfg: FedCureConfig) -> None:
             _security_flags(tls_dir, "edge")
         except FileNotFoundError as err:
             raise UsageError(str(err)) from None
+    if not getattr(args, "no_dashboard", True):
+        from fedcure_app.live.server import DashboardError, check_bind
+
+        try:
+            check_bind(args.dashboard, args.dashboard_token)
+        except DashboardError as err:
+            raise UsageError(str(err)) from None
     check_dataset(cfg.data.dataset, cfg.data.data_dir)
     check_out_dir(args.out)
+
+
+def dashboard_address(address: str) -> str:
+    """``address`` (HOST:PORT) with a port free now: PORT itself or the next free one of
+    :data:`DASHBOARD_PORT_TRIES` above it; port 0: any free port. Raises ``RuntimeError``."""
+    import socket
+
+    from fedcure_app.live.server import parse_address
+    from fedcure_app.processes import free_port
+
+    host, port = parse_address(address)
+    fmt = f"[{host}]" if ":" in host else host
+    if port == 0:
+        return f"{fmt}:{free_port(host)}"
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    for p in range(port, min(port + DASHBOARD_PORT_TRIES, 65536)):
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, p))
+            except OSError:
+                continue
+            return f"{fmt}:{p}"
+    raise RuntimeError(f"--dashboard {address}: no free port in {port}-"
+                       f"{port + DASHBOARD_PORT_TRIES - 1}; pass another or --no-dashboard")
 
 
 class Site:
@@ -260,7 +304,15 @@ def start_roles(cfg: FedCureConfig, args: argparse.Namespace, out: Path, roles: 
             "--edges", str(m), "--rounds", str(cfg.run.global_rounds), "--config",
             str(config_file), "--out", str(out), "--register-timeout",
             str(args.register_timeout), *token, *_security_flags(tls_dir, "cloud")]
-    roles.cloud = Child("cloud", site.wrap("cloud", argv), log_path=logs / "cloud.log", env=env)
+    cloud_env = env
+    if not getattr(args, "no_dashboard", True):
+        dash = dashboard_address(args.dashboard)
+        argv += ["--dashboard", dash]
+        # the token through the environment, not the command line others can read
+        cloud_env = dict(env, FEDCURE_DASHBOARD_TOKEN=args.dashboard_token)
+        record["dashboard"] = f"http://{dash}/"
+    roles.cloud = Child("cloud", site.wrap("cloud", argv), log_path=logs / "cloud.log",
+                        env=cloud_env)
     record["pids"] = {"cloud": roles.cloud.pid}
     _wait_listening(roles.cloud, site, site.host("cloud"), cloud_port)
     for e, port in enumerate(free_ports(m)):
@@ -450,6 +502,11 @@ def run(args: argparse.Namespace, site: Site | None = None) -> int:
             return _report_failure(out, reason, code, tail="", command=site.command)
         console.print(f"cloud {record['cloud']}, {len(roles.edges)} edges, "
                       f"{len(roles.clients)} clients started; logs in {out / 'logs'}")
+        if record.get("dashboard"):
+            console.print(f"live view: {record['dashboard']}"
+                          + ("  (add ?token=… or send Authorization: Bearer …)"
+                             if args.dashboard_token else "")
+                          + f"; Prometheus: {record['dashboard']}metrics")
         status = site.status_poller(record["cloud"], getattr(args, "tls_dir", None))
         code, reason = supervise(roles, status, cfg.run.global_rounds, args, stop,
                                  result_path=out / "result.json")

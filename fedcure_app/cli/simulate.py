@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +90,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="torch threads per process (default 1, or $FEDCURE_NUM_THREADS)")
     p.add_argument("--json", help="also write the result JSON here")
     p.add_argument("--no-progress", action="store_true", help="no live progress bar")
+    p.add_argument("--dashboard", metavar="HOST:PORT",
+                   help="serve the live view (web page, Prometheus /metrics) of the run here, "
+                        "e.g. 127.0.0.1:8080 (in-process executor; another address than "
+                        "loopback needs --dashboard-token)")
+    p.add_argument("--dashboard-token", default=os.environ.get("FEDCURE_DASHBOARD_TOKEN", ""),
+                   help="secret the live view asks of every request (default "
+                        "$FEDCURE_DASHBOARD_TOKEN)")
     config_defaults_help(p, _OPTIONS)
     p.set_defaults(func=run)
 
@@ -178,16 +186,9 @@ def _summary_table(result: dict[str, Any]):
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-    from fedcure_app.simulation.executors import resolve_workers
     from fedcure_app.threads import apply_thread_policy
 
     threads = apply_thread_policy(args.threads, where="fedcure simulate", export=True)
-
-    from fedcure_app.simulation.engine import simulate
-    from fedcure_app.run_plots import write_run_plots
-
     cfg = config_from_args(args)
     device = checked_device(args.device)
     if cfg.run.executor == "flower":
@@ -196,7 +197,51 @@ def run(args: argparse.Namespace) -> int:
     check_out_dir(args.out)
     if args.json:
         check_new_file(args.json, "--json")
+    live = _start_dashboard(cfg, args)
+    try:
+        return _simulate(cfg, args, threads, device, live)
+    finally:
+        if live is not None:
+            live[1].stop()
+
+
+def _start_dashboard(cfg: FedCureConfig, args: argparse.Namespace):
+    """The live view's feed and server, serving (None without ``--dashboard``); a bad
+    address or one in use is a :class:`UsageError`."""
+    if not getattr(args, "dashboard", None):
+        return None
+    from fedcure_app.cli.errors import UsageError
+    from fedcure_app.live.server import DashboardError, LiveServer, check_bind
+    from fedcure_app.live.simulation import SimulationFeed
+
+    if cfg.run.executor == "flower":
+        raise UsageError("--dashboard: the flower executor runs under Flower's Simulation "
+                         "Runtime; use --executor inprocess to watch a simulation")
+    try:
+        host, port = check_bind(args.dashboard, args.dashboard_token)
+    except DashboardError as err:
+        raise UsageError(str(err)) from None
+    feed = SimulationFeed(cfg)
+    server = LiveServer(feed, host, port, token=args.dashboard_token)
+    try:
+        server.start()
+    except OSError as err:
+        raise UsageError(f"--dashboard {args.dashboard}: cannot listen there "
+                         f"({err.strerror or err})") from None
+    return feed, server
+
+
+def _simulate(cfg: FedCureConfig, args: argparse.Namespace, threads: int, device: Any,
+              live: Any) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from fedcure_app.simulation.executors import resolve_workers
+    from fedcure_app.simulation.engine import simulate
+    from fedcure_app.run_plots import write_run_plots
+
     console = Console(stderr=True)
+    if live is not None:
+        console.print(f"live view: {live[1].url}; Prometheus: {live[1].url}metrics")
     workers = resolve_workers(args.workers)
     if cfg.run.executor != "flower":
         console.print(f"[dim]{workers} worker process{'es' if workers > 1 else ''} × "
@@ -229,7 +274,10 @@ def run(args: argparse.Namespace) -> int:
                           "the ServerApp logs each round")
             result = _run_on_flower(cfg, out)
         else:
-            result = simulate(cfg, on_round=on_round, workers=workers, device=device)
+            result = simulate(cfg, on_round=on_round, workers=workers, device=device,
+                              on_state=live[0].update if live is not None else None)
+            if live is not None:
+                live[0].finish()
     paths = [out / "result.json"]
     text = json.dumps(result, indent=1)
     paths[0].write_text(text)

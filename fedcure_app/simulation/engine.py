@@ -41,7 +41,7 @@ from fedcure_app.simulation.executors import (
     ParallelExecutor,
     resolve_workers,
 )
-from fedcure_app.strategy import Dispatch, EdgeUpdate
+from fedcure_app.strategy import Dispatch, EdgeUpdate, FedCureStrategy
 from fedcure_app.tasks import EdgeResult, EdgeTask, derive_seed
 from fedcure_app.training import class_accuracy, evaluate
 
@@ -177,6 +177,10 @@ class _Arrival:
     energy_j: float = field(compare=False)
 
 
+#: ``(strategy, records, simulated seconds now, initial accuracy or None) -> None``
+StateHook = Callable[[FedCureStrategy, list[dict[str, Any]], float, float | None], None]
+
+
 class SimulationEngine:
     """Runs the semi-asynchronous hierarchy on a simulated clock with a client executor."""
 
@@ -264,8 +268,12 @@ class SimulationEngine:
                 "estimates_s": [float(v) for v in self.strategy.estimator.mean()]}
 
     # -------------------------------------------------------------- the loop
-    def run(self, on_round: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
-        """Run ``global_rounds`` arrivals; return the result dict (records + summary)."""
+    def run(self, on_round: Callable[[dict[str, Any]], None] | None = None,
+            on_state: StateHook | None = None) -> dict[str, Any]:
+        """Run ``global_rounds`` arrivals; return the result dict (records + summary).
+
+        ``on_state(strategy, records, now_s, initial_accuracy)``, called on this thread after
+        round 0's dispatch and after every round, may read the strategy (the live view)."""
         cfg = self.cfg
         wall0 = time.perf_counter()
         heap: list[_Arrival] = []
@@ -274,6 +282,8 @@ class SimulationEngine:
             self._launch(d, now, heap)
         records: list[dict[str, Any]] = []
         acc0, _, _ = self._evaluate()
+        if on_state is not None:
+            on_state(self.strategy, records, now, acc0)
         for _ in range(cfg.run.global_rounds):
             if not heap:
                 raise RuntimeError("no coalition is training: nothing can arrive")
@@ -309,6 +319,8 @@ class SimulationEngine:
             records.append(row)
             if on_round is not None:
                 on_round(row)
+            if on_state is not None:
+                on_state(self.strategy, records, now, None)
         for left in heap:  # tasks still training when the run ended: not needed
             if isinstance(left.result, Future):
                 left.result.cancel()
@@ -354,6 +366,7 @@ def simulate(
     dataset: Dataset | None = None,
     executor: ClientExecutor | None = None,
     on_round: Callable[[dict[str, Any]], None] | None = None,
+    on_state: StateHook | None = None,
     workers: int | None = 1,
     device: torch.device | str = "cpu",
 ) -> dict[str, Any]:
@@ -362,7 +375,8 @@ def simulate(
     ``workers``: processes training a coalition's clients when no ``executor`` is given
     (1: in this process; None: one per core, what ``fedcure simulate`` uses). Wall time is all
     it changes. ``device``: where the clients train and the global model is evaluated (a GPU
-    trains in this process, whatever ``workers`` says)."""
+    trains in this process, whatever ``workers`` says). ``on_state``: see
+    :meth:`SimulationEngine.run` (the live view)."""
     fed = build_federation(cfg, dataset)
     own = executor is None
     if executor is None:
@@ -373,7 +387,7 @@ def simulate(
             )
         executor = make_executor(fed, workers, device=device)
     try:
-        return SimulationEngine(fed, executor, device=device).run(on_round)
+        return SimulationEngine(fed, executor, device=device).run(on_round, on_state)
     finally:
         if own:
             executor.close()

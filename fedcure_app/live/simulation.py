@@ -1,0 +1,52 @@
+"""The simulation engine's live view: the same page and ``/metrics`` as the cloud's, fed from
+:class:`~fedcure_app.simulation.engine.SimulationEngine` on its simulated clock.
+
+``fedcure simulate --dashboard HOST:PORT`` makes a :class:`SimulationFeed`, serves it with
+:class:`~fedcure_app.live.server.LiveServer`, and hands :meth:`SimulationFeed.update` to the
+engine, which calls it on its own thread after round 0's dispatch and after every round; the
+feed swaps in a new frozen :class:`~fedcure_app.live.model.LiveState` (one reference store),
+so the HTTP threads read it without any lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from fedcure_app.config import FedCureConfig
+from fedcure_app.live.model import Counts, LiveState, StrategyView
+
+
+class SimulationFeed:
+    """The live state of one simulation (call the feed for the current :class:`LiveState`)."""
+
+    def __init__(self, cfg: FedCureConfig) -> None:
+        self.cfg = cfg
+        self._state = LiveState(
+            source="simulation", clock="simulated", phase="registering",
+            global_rounds=cfg.run.global_rounds, clients_registered=0,
+            expected_clients=cfg.federation.num_clients, edges_connected=0,
+            num_edges=cfg.federation.num_edges, view=StrategyView(tau_e=cfg.method.tau_e))
+
+    def __call__(self) -> LiveState:
+        return self._state
+
+    def update(self, strategy: Any, records: Sequence[Mapping[str, Any]], now_s: float,
+               initial_accuracy: float | None = None) -> None:
+        """A new state after a transition of ``strategy`` (the engine's thread): its figures,
+        the rounds so far and the simulated time ``now_s`` (seconds)."""
+        prev = self._state
+        view = StrategyView.of(strategy, records, self.cfg.method.tau_e, prev.view,
+                               initial_accuracy if initial_accuracy is not None
+                               else prev.view.initial_accuracy)
+        n = self.cfg.federation.num_clients
+        self._state = prev.with_(
+            phase="training", clients_registered=n, edges_connected=prev.num_edges,
+            elapsed_s=float(now_s), view=view, counts=Counts(accepted=len(view.history)))
+
+    def finish(self) -> None:
+        """The run is over."""
+        self._state = self._state.with_(phase="done")
+
+
+__all__ = ["SimulationFeed"]
