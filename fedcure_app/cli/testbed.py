@@ -66,7 +66,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     devices = p.add_mutually_exclusive_group()
     devices.add_argument("--mix", default=",".join(DEFAULT_MIX),
                          help="device presets, comma-separated: initial edge m's clients get "
-                              "entry m (cycling)")
+                              f"entry m (cycling) (default {','.join(DEFAULT_MIX)})")
     devices.add_argument("--profiles", metavar="FILE",
                          help="JSON/TOML device profiles: client i gets entry i (cycling)")
     p.add_argument("--host-samples-per-s", type=float, default=0.0, metavar="R",
@@ -277,6 +277,7 @@ def run(args: argparse.Namespace) -> int:
     from fedcure_app.testbed import netns
 
     check_testbed_inputs(args)
+    launch.check_inputs(args, launch.config_from_args(args))  # the user's mistakes first
     problem = netns.kernel_problem(f"{args.prefix}{os.getpid()}")
     if problem is None and args.cpufreq == "cgroup":
         try:
