@@ -24,7 +24,13 @@
 the SuperNode runs through :mod:`client.supernode` (Flower's SuperNode with short idle waits)
 with ``--isolation process``, and a long-lived :mod:`client.executor` (with its
 :mod:`client.trainer`) takes its ClientApp tasks, authenticated by a secret in the 0700 work
-directory; an executor that exits is started again. ``--runtime flower`` is Flower's own path
+directory; an executor that exits is started again. The executor starts before the client
+registers (its trainer loads torch, the model and the data file and warms up while the cloud
+forms coalitions) and learns the SuperNode's runtime port from ``runtime-api-address`` in the
+work directory once the SuperNode is started; the SuperNode too is started before registering
+(without ``--supernode-auth``), imports Flower and waits for its arguments in
+``supernode-argv.json``. So the first task costs training, not start-up.
+``--runtime flower`` is Flower's own path
 (``flower-supernode`` starting ``flower-superexec``, which starts a ``flwr-clientapp`` process
 per message).
 
@@ -269,15 +275,53 @@ def start_supernode(argv: list[str], work: Path, env: dict[str, str], stop: thre
         stop.wait(1.0)
 
 
-def start_executor(work: Path, port: int, env: dict[str, str]) -> Any:
-    """The warm executor (:mod:`client.executor`) for the SuperNode's Runtime API on ``port``
-    (log in ``work/executor.log``)."""
+#: where ``fedcure-client`` writes the SuperNode's Runtime API address for an executor started
+#: before the SuperNode (in its work directory)
+RUNTIME_ADDRESS_FILE = "runtime-api-address"
+#: where it writes the arguments of a SuperNode started before registration (work directory)
+SUPERNODE_ARGV_FILE = "supernode-argv.json"
+
+
+def prestart_supernode(work: Path, env: dict[str, str]) -> Any:
+    """A :mod:`client.supernode` that imports Flower now and waits for its arguments
+    (:func:`release_supernode`), so Flower's import does not land in the first task."""
     from fedcure_app.processes import Child
 
-    argv = [sys.executable, "-m", "client.executor", "--runtime-api-address",
-            f"127.0.0.1:{port}", "--secret-file", str(work / "superexec.secret"),
-            "--parent-pid", str(os.getpid())]
+    argv = [sys.executable, "-m", "client.supernode", "--argv-file",
+            str(work / SUPERNODE_ARGV_FILE)]
+    return Child("flower-supernode", argv, log_path=work / "supernode.log", env=env, cwd=work)
+
+
+def release_supernode(work: Path, argv: list[str]) -> None:
+    """Hand a prestarted SuperNode its arguments: ``argv`` as :func:`supernode_argv` gives it
+    (``python -m client.supernode ARGS``), written atomically."""
+    tmp = work / (SUPERNODE_ARGV_FILE + ".tmp")
+    tmp.write_text(json.dumps(argv[3:]))
+    tmp.replace(work / SUPERNODE_ARGV_FILE)
+
+
+def start_executor(work: Path, port: int | None, env: dict[str, str],
+                   data_file: Path | None = None) -> Any:
+    """The warm executor (:mod:`client.executor`) for the SuperNode's Runtime API on ``port``
+    (log in ``work/executor.log``); its trainer loads ``data_file`` before the first message.
+    ``port`` None: the SuperNode does not exist yet; the executor reads its address from
+    ``work/runtime-api-address`` once :func:`publish_runtime_port` has written it."""
+    from fedcure_app.processes import Child
+
+    where = (["--runtime-api-address", f"127.0.0.1:{port}"] if port is not None
+             else ["--runtime-api-address-file", str(work / RUNTIME_ADDRESS_FILE)])
+    argv = [sys.executable, "-m", "client.executor", *where,
+            "--secret-file", str(work / "superexec.secret"), "--parent-pid", str(os.getpid())]
+    if data_file is not None:
+        argv += ["--data-file", str(data_file)]
     return Child("client.executor", argv, log_path=work / "executor.log", env=env, cwd=work)
+
+
+def publish_runtime_port(work: Path, port: int) -> None:
+    """Tell an executor started before the SuperNode where its Runtime API is (atomically)."""
+    tmp = work / (RUNTIME_ADDRESS_FILE + ".tmp")
+    tmp.write_text(f"127.0.0.1:{port}\n")
+    tmp.replace(work / RUNTIME_ADDRESS_FILE)
 
 
 def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
@@ -329,8 +373,16 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
                  cfg.data.dataset, len(data.y), data.label_counts.tolist(), home,
                  data.profile.name)
         data_file = save_node_data(work / "node-data.npz", data)
-        for stale in (work / "node-data.npz.applied.jsonl",):
+        for stale in (work / "node-data.npz.applied.jsonl", work / RUNTIME_ADDRESS_FILE,
+                      work / SUPERNODE_ARGV_FILE):
             stale.unlink(missing_ok=True)
+        env = flower_env(work / "flwr-home", warm.to_env())
+        if warm.runtime == "warm":
+            # its trainer loads torch, the model and the data, and the SuperNode imports
+            # Flower, while the cloud forms coalitions: none of that lands in the first task
+            executor = start_executor(work, None, env, data_file)
+            if not args.supernode_auth:  # under auth a refused SuperNode is started again
+                supernode = prestart_supernode(work, env)
         public_key = ""
         if args.supernode_auth:
             from fedcure_app.supernode_auth import make_supernode_keys
@@ -348,13 +400,14 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
             "edge_id": reg.edge_id, "edge_address": reg.edge_address, "home_edge": home,
             "label_counts": data.label_counts.tolist()}))
         port = free_port()
-        env = flower_env(work / "flwr-home", warm.to_env())
-        if warm.runtime == "warm":
-            executor = start_executor(work, port, env)
-        supernode = start_supernode(
-            supernode_argv(reg.edge_address, port, reg.client_id, args.cpufreq, data_file,
-                           args),
-            work, env, stop, args.supernode_auth)
+        if executor is not None:
+            publish_runtime_port(work, port)
+        argv = supernode_argv(reg.edge_address, port, reg.client_id, args.cpufreq, data_file,
+                              args)
+        if supernode is not None:
+            release_supernode(work, argv)
+        else:
+            supernode = start_supernode(argv, work, env, stop, args.supernode_auth)
         log.info("client %d: SuperNode (pid %d, runtime port %d, runtime %s) -> %s",
                  reg.client_id, supernode.pid, port, warm.runtime, reg.edge_address)
         restarts = 0
@@ -375,7 +428,7 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
                 log.warning("client %d: the executor exited with code %d; starting it again",
                             reg.client_id, executor.proc.returncode)
                 executor.stop(grace_s=1.0)
-                executor = start_executor(work, port, env)
+                executor = start_executor(work, port, env, data_file)
             try:
                 status = monitor.Status(pb.StatusRequest(), timeout=5.0)
                 lost_since = None

@@ -4,8 +4,8 @@
 ``--isolation process`` (Flower then starts no ``flower-superexec``) and
 ``--superexec-auth-secret-file``, and starts this process instead::
 
-    python -m client.executor --runtime-api-address 127.0.0.1:PORT --secret-file FILE \\
-        [--parent-pid PID]
+    python -m client.executor (--runtime-api-address 127.0.0.1:PORT | --runtime-api-address-file F)
+        --secret-file FILE [--parent-pid PID] [--data-file PATH]
 
 It does, in one long-lived process, what Flower's SuperExec + ``flwr-clientapp`` do per message:
 ask the SuperNode's Runtime API for a task (``AcquireTask``, signed with the shared secret),
@@ -13,7 +13,13 @@ pull the message and context with the task's token, have the ClientApp run, push
 the task's status, and send task heartbeats meanwhile. The ClientApp itself runs in a
 :class:`Trainer` child (:mod:`client.trainer`) that keeps torch, the model and the data loaded;
 this process never imports torch. Only FedCure's own ClientApp is run: a run whose app names
-another ``clientapp`` component gets an error reply.
+another ``clientapp`` component gets an error reply. ``fedcure-client`` starts it before its
+SuperNode exists (before it registers), with ``--runtime-api-address-file``: the trainer loads
+while the cloud forms coalitions, and the executor reads the Runtime API's address from that file
+once the SuperNode is started. With ``--data-file`` (the node's data file,
+as in its node config) the trainer loads it and warms up before the first message; a trainer
+that has to start inside a message (it died) reports the seconds that took with the reply, and
+the cloud leaves them out of its latency estimate.
 
 Failures: the trainer dying mid-message is seen at once (its socket closes); the message is
 answered with Flower's ``CLIENT_APP_CRASHED`` error (the edge drops the client from that task, as
@@ -109,10 +115,12 @@ class Trainer:
     """The :mod:`client.trainer` child: started on first use, started again when it died."""
 
     def __init__(self, max_restarts: int, load_timeout_s: float = 300.0,
-                 argv: list[str] | None = None) -> None:
+                 argv: list[str] | None = None, data_file: str | Path | None = None) -> None:
         self.max_restarts = max_restarts
         self.load_timeout_s = load_timeout_s
         self.argv = argv or [sys.executable, "-m", "client.trainer"]
+        if data_file:
+            self.argv = [*self.argv, "--data-file", str(data_file)]
         self.proc: subprocess.Popen | None = None
         self.conn: Connection | None = None
         self.starts = 0
@@ -164,12 +172,16 @@ class Trainer:
     def train(self, message: Any, context: Any, task_id: int, started_at: float
               ) -> tuple[Any, Any]:
         """Run the ClientApp on ``message``; (reply, context), or raise :class:`TrainerDied`
-        or :class:`RuntimeError` (the ClientApp raised)."""
+        or :class:`RuntimeError` (the ClientApp raised). A trainer started for this message
+        has the seconds that took reported with the reply (``startup-s``)."""
+        startup_s = 0.0
         if not self.alive():
+            t0 = time.monotonic()
             self.start()
+            startup_s = time.monotonic() - t0
         assert self.conn is not None
         try:
-            self.conn.send(("train", message, context, task_id, started_at))
+            self.conn.send(("train", message, context, task_id, started_at, startup_s))
         except OSError:
             pass  # _recv reports the exit
         answer = self._recv(None)
@@ -299,16 +311,51 @@ def serve(address: str, secret: bytes, stop: threading.Event, cfg: Any,
         client.close()
 
 
+def wait_for_address(path: Path, stop: threading.Event, poll_s: float = 0.05) -> str | None:
+    """HOST:PORT from ``path`` once it exists and is not empty; None when ``stop`` is set
+    first."""
+    while not stop.is_set():
+        try:
+            text = path.read_text().strip()
+        except FileNotFoundError:
+            text = ""
+        if text:
+            return text
+        stop.wait(poll_s)
+    return None
+
+
+def wait_for_listener(address: str, stop: threading.Event, poll_s: float = 0.02) -> bool:
+    """Wait until something accepts TCP connections at HOST:PORT ``address`` (the SuperNode's
+    Runtime API coming up); False when ``stop`` is set first. Flower's HTTP client backs off
+    exponentially (1 s, 2 s, ...) on a refused connection, so asking before the SuperNode listens
+    would cost seconds of the first task."""
+    host, _, port = address.rpartition(":")
+    while not stop.is_set():
+        try:
+            with socket.create_connection((host, int(port)), timeout=1.0):
+                return True
+        except OSError:
+            stop.wait(poll_s)
+    return False
+
+
 def main(argv: list[str] | None = None) -> int:
     from fedcure_app.config import ConfigError, WarmClientConfig
 
     p = argparse.ArgumentParser(prog="python -m client.executor",
                                 description="FedCure warm executor (started by fedcure-client)")
-    p.add_argument("--runtime-api-address", required=True, metavar="HOST:PORT",
-                   help="the SuperNode's Runtime API")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--runtime-api-address", metavar="HOST:PORT",
+                       help="the SuperNode's Runtime API")
+    where.add_argument("--runtime-api-address-file", type=Path, metavar="FILE",
+                       help="a file that will hold HOST:PORT of the SuperNode's Runtime API "
+                            "(read once it exists)")
     p.add_argument("--secret-file", required=True, type=Path,
                    help="shared secret of the SuperNode's --superexec-auth-secret-file")
     p.add_argument("--parent-pid", type=int, help="exit when this process is gone")
+    p.add_argument("--data-file", type=Path,
+                   help="the node's data file: the trainer loads it before the first message")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -341,10 +388,14 @@ def main(argv: list[str] | None = None) -> int:
     # the SuperNode hands out a task before it holds the message's objects: retry them after
     # 10 ms, not Flower's 1 s (fedcure_app.object_pulls)
     quick_pulls(run_clientapp, "pull_and_inflate_object_from_tree")
-    trainer = Trainer(cfg.trainer_restarts)
+    trainer = Trainer(cfg.trainer_restarts, data_file=args.data_file)
     try:
         trainer.start()  # load torch, the model and the data before the first message
-        serve(args.runtime_api_address, secret, stop, cfg, trainer)
+        address = args.runtime_api_address or wait_for_address(args.runtime_api_address_file,
+                                                               stop)
+        if address is None or not wait_for_listener(address, stop):
+            return 0  # stopped before the SuperNode existed
+        serve(address, secret, stop, cfg, trainer)
     except (ExecutorError, TrainerDied) as err:
         print(f"client.executor: error: {err}", file=sys.stderr)
         return 1

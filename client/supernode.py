@@ -17,6 +17,11 @@ The patch is applied only to the Flower versions it was written against
 two sleeps it replaces (:func:`check_flower`); otherwise it logs why and runs Flower unchanged.
 ``tests/deployment/test_warm_client.py`` fails when Flower changes underneath.
 
+``python -m client.supernode --argv-file FILE`` imports Flower and installs the patch first, then
+waits for ``FILE`` (a JSON list of the arguments) to appear: ``fedcure-client`` starts it before
+it registers, while it does not know its edge's address yet, so the seconds Flower's import takes
+do not land in the first task.
+
 Settings come from the environment (seconds): ``FEDCURE_SUPERNODE_IDLE_MIN_S`` (default
 0.01), ``FEDCURE_SUPERNODE_IDLE_MAX_S`` (0.2), ``FEDCURE_SUPERNODE_REPLY_POLL_S`` (0.01); see
 :class:`fedcure_app.config.WarmClientConfig` for their ranges.
@@ -152,8 +157,23 @@ def clock_from_env(env: dict[str, str] | None = None) -> IdleClock:
                      cfg.supernode_reply_poll_s)
 
 
+def read_argv_file(path: str, poll_s: float = 0.02) -> list[str]:
+    """The argument list in JSON file ``path``, waiting for the file to appear."""
+    import json
+    from pathlib import Path
+
+    p = Path(path)
+    while not p.exists():
+        _time.sleep(poll_s)
+    args = json.loads(p.read_text())
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        raise SystemExit(f"client.supernode: {path} must hold a JSON list of strings")
+    return args
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Run ``flower-supernode`` (arguments as for it) with :class:`IdleClock` installed."""
+    """Run ``flower-supernode`` (arguments as for it, or ``--argv-file FILE``: read from that
+    JSON file once it exists, Flower imported meanwhile) with :class:`IdleClock` installed."""
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
     log.addHandler(handler)  # Flower configures its own logger; the root stays untouched
@@ -165,7 +185,10 @@ def main(argv: list[str] | None = None) -> None:
                  clock.idle_min_s, clock.idle_max_s, clock.reply_poll_s)
     from flwr.supernode.cli.flower_supernode import flower_supernode
 
-    sys.argv = ["flower-supernode", *(sys.argv[1:] if argv is None else argv)]
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args[:1] == ["--argv-file"] and len(args) == 2:
+        args = read_argv_file(args[1])
+    sys.argv = ["flower-supernode", *args]
     flower_supernode()
 
 

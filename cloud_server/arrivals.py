@@ -9,9 +9,10 @@ change state holding its lock; each of them writes the checkpoint before it retu
 Records carry the simulation engine's keys: round, time_s (wall seconds since round 0 was
 dispatched), coalition, staleness, xi, latency_s (measured by the cloud), estimate_s, version,
 queues, dispatched, frequencies_ghz, energy_j, accuracy, loss; plus task_id, edge_latency_s
-(what the ES measured), dropped, late and applied_ghz (client id → the frequency it last
-reported applying in this task, GHz). Energy per client-round is κ_n·c_n·f_n² with the
-cycles c_n = seconds·f_n·10⁹ the client reported running at f_n GHz.
+(what the ES measured), startup_s (what the ES reported of it as start-up), observed_latency_s
+(what T̂ learned: :func:`observed_latency`), dropped, late and applied_ghz (client id → the
+frequency it last reported applying in this task, GHz). Energy per client-round is κ_n·c_n·f_n²
+with the cycles c_n = seconds·f_n·10⁹ the client reported running at f_n GHz.
 """
 
 from __future__ import annotations
@@ -35,6 +36,22 @@ from cloud_server.screening import NormScreen, distance
 from cloud_server.state import Arrival, Federation, RunLog, TaskBook, TaskState
 
 log = logging.getLogger("fedcure.cloud")
+
+#: the least share of a measured latency that T̂ learns, whatever start-up an edge reports
+MIN_OBSERVED_SHARE = 0.05
+
+
+def observed_latency(latency_s: float, startup_s: float) -> float:
+    """The latency T̂ learns from (seconds): the measured ``latency_s`` less the ``startup_s``
+    the edge reported (clients coming online, a trainer loading), never below
+    :data:`MIN_OBSERVED_SHARE` of it. A start-up that lands in a task is a one-off, not the
+    coalition's speed: counted, it would inflate the prior's calibration (every coalition's
+    prior is rescaled by the observed/predicted ratio) and this coalition's posterior."""
+    if not latency_s > 0 or not math.isfinite(latency_s):
+        raise ValueError(f"latency must be positive seconds, got {latency_s}")
+    if not startup_s >= 0 or not math.isfinite(startup_s):
+        raise ValueError(f"startup must be finite seconds >= 0, got {startup_s}")
+    return max(latency_s - startup_s, MIN_OBSERVED_SHARE * latency_s)
 
 
 class Arrivals:
@@ -76,7 +93,7 @@ class Arrivals:
                        f"versions stale, beyond late-staleness-bound {bound}; not aggregated")
 
     def check(self, task: TaskState, num_samples: int, latency_s: float, stats: Any,
-              dropped: list[int]) -> None:
+              dropped: list[int], startup_s: float = 0.0) -> None:
         """A Submit of ``task`` is expected and its numbers are within bounds (an expired
         task's answer counts as a late, stale update: see :meth:`too_stale`)."""
         strategy = self.fed.strategy
@@ -91,24 +108,25 @@ class Arrivals:
             members = task.dispatch.clients
         try:
             door.check_submit(num_samples, latency_s, stats, dropped, members,
-                              self.cfg.method.tau_e)
+                              self.cfg.method.tau_e, startup_s)
         except door.Refused as err:
             raise Refusal(Reason.INVALID_ARGUMENT, f"task {task.task_id}: {err}") from None
 
     def arrive(self, task: TaskState, arrays: list[np.ndarray], latency: float,
                edge_latency: float, num_samples: int, reports: list[ClientReport],
-               dropped: list[int], late: bool = False) -> Arrival:
+               dropped: list[int], late: bool = False, startup_s: float = 0.0) -> Arrival:
         """Aggregate one edge model, dispatch again, record the round, write the checkpoint
         (holding the lock): all of it or, when any step fails, none (the state is rolled back).
 
         ``latency``: seconds the cloud measured from sending the task to the answer;
-        ``edge_latency``: what the edge measured. Raises ``ValueError`` when the strategy
-        refuses the arrival, :class:`Refusal` for a refused model."""
+        ``edge_latency``: what the edge measured; ``startup_s``: what the edge reported of it as
+        start-up (left out of T̂: :func:`observed_latency`). Raises ``ValueError`` when the
+        strategy refuses the arrival, :class:`Refusal` for a refused model."""
         undo = self.fed.strategy.undo_point()
         marks = (self.log.mark(), self.tasks.mark(), self.screen.state_dict())
         try:
             return self._apply(task, arrays, latency, edge_latency, num_samples, reports,
-                               dropped, late)
+                               dropped, late, startup_s)
         except BaseException:
             self.fed.strategy.rollback(undo)
             self.log.rollback(marks[0])
@@ -119,7 +137,7 @@ class Arrivals:
 
     def _apply(self, task: TaskState, arrays: list[np.ndarray], latency: float,
                edge_latency: float, num_samples: int, reports: list[ClientReport],
-               dropped: list[int], late: bool) -> Arrival:
+               dropped: list[int], late: bool, startup_s: float = 0.0) -> Arrival:
         """:meth:`arrive`'s steps (the caller rolls back on failure)."""
         strategy = self.fed.strategy
         d = task.dispatch
@@ -138,8 +156,9 @@ class Arrivals:
         refused = self.screen.check(dist)
         if refused is not None:
             raise Refusal(Reason.INVALID_ARGUMENT, f"task {task.task_id}: {refused}")
+        observed = observed_latency(latency, startup_s)
         update = EdgeUpdate(coalition=m, base_version=d.version, arrays=arrays,
-                            num_samples=num_samples, latency_s=latency)
+                            num_samples=num_samples, latency_s=observed)
         if late:
             staleness = strategy.version - d.version
             self.log.fault("late", m, f"task {task.task_id} answered after its deadline "
@@ -164,7 +183,9 @@ class Arrivals:
             "coalition": rec.coalition,
             "staleness": rec.staleness,
             "xi": rec.xi,
-            "latency_s": rec.latency_s,
+            "latency_s": latency,
+            "startup_s": startup_s,
+            "observed_latency_s": observed,
             "estimate_s": rec.estimate_s,
             "version": rec.version,
             "queues": np.asarray(strategy.scheduler.queues.values).tolist(),
@@ -217,4 +238,4 @@ class Arrivals:
         return new
 
 
-__all__ = ["Arrivals"]
+__all__ = ["MIN_OBSERVED_SHARE", "Arrivals", "observed_latency"]

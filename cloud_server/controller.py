@@ -355,10 +355,10 @@ class CloudController:
         return self.arrivals.too_stale(task)
 
     def check_submit(self, task: TaskState, num_samples: int, latency_s: float, stats: Any,
-                     dropped: list[int]) -> None:
+                     dropped: list[int], startup_s: float = 0.0) -> None:
         """A Submit of ``task`` is expected and its numbers are within bounds."""
         assert self.arrivals is not None
-        self.arrivals.check(task, num_samples, latency_s, stats, dropped)
+        self.arrivals.check(task, num_samples, latency_s, stats, dropped, startup_s)
 
     def decode_model(self, task: TaskState, blob: bytes | memoryview) -> list[np.ndarray]:
         """The edge model of a Submit, decoded and checked against the global model's tensors
@@ -373,13 +373,13 @@ class CloudController:
 
     def arrive(self, task: TaskState, arrays: list[np.ndarray], latency: float,
                edge_latency: float, num_samples: int, reports: list[ClientReport],
-               dropped: list[int], late: bool = False) -> Arrival:
+               dropped: list[int], late: bool = False, startup_s: float = 0.0) -> Arrival:
         """Aggregate one edge model, dispatch again, record the round, write the checkpoint
         (worker thread): all of it or, when any step fails, none (:meth:`Arrivals.arrive`)."""
         assert self.arrivals is not None and self.log.t0 is not None
         with self.lock:
             arrival = self.arrivals.arrive(task, arrays, latency, edge_latency, num_samples,
-                                           reports, dropped, late)
+                                           reports, dropped, late, startup_s)
             self._publish()
             return arrival
 

@@ -292,7 +292,7 @@ class RunLoop:
                     await self._take_back(m, "its edge server answered after the deadline")
                 raise refusal
         c.check_submit(task, int(req.num_samples), float(req.latency_s), req.stats,
-                       list(req.dropped_client_ids))
+                       list(req.dropped_client_ids), float(req.startup_s))
         task.pending = asyncio.get_running_loop().create_future()
         try:
             reply = await self._aggregate(task, req, model, received, late)
@@ -327,7 +327,8 @@ class RunLoop:
             try:
                 arrival = await asyncio.to_thread(
                     c.arrive, task, arrays, latency, float(req.latency_s),
-                    int(req.num_samples), reports, list(req.dropped_client_ids), late)
+                    int(req.num_samples), reports, list(req.dropped_client_ids), late,
+                    float(req.startup_s))
             except ValueError as err:  # the strategy refused the arrival
                 raise Refusal(Reason.FAILED_PRECONDITION,
                               f"task {task.task_id}: {err}") from None

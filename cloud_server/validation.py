@@ -151,15 +151,18 @@ def task_id_known(task_id: str) -> bool:
 
 
 def check_submit(num_samples: int, latency_s: float, stats: Iterable[Any],
-                 dropped: Sequence[int], members: Iterable[int], tau_e: int) -> None:
+                 dropped: Sequence[int], members: Iterable[int], tau_e: int,
+                 startup_s: float = 0.0) -> None:
     """The scalar and repeated fields of a Submit for a task of coalition ``members``.
 
     ``stats`` are ``ClientStat`` messages: at most one per (member, edge round) with edge
-    rounds in [0, τ_e); ``dropped`` are unique members.
+    rounds in [0, τ_e); ``dropped`` are unique members; ``startup_s`` (the part of the edge's
+    ``latency_s`` that was start-up) lies in [0, latency_s].
     """
     if not 1 <= num_samples <= MAX_NUM_SAMPLES:
         raise Refused(f"num_samples must be in [1, {MAX_NUM_SAMPLES:g}], got {num_samples}")
     _in("latency_s", latency_s, 0.0, MAX_SECONDS, " s")
+    _in("startup_s", startup_s, 0.0, latency_s, " s (at most latency_s)")
     group = set(int(c) for c in members)
     limit = len(group)
     if len(dropped) > limit:

@@ -6,7 +6,9 @@ Handlers (message contents in :mod:`fedcure_app.edge`):
   :func:`fedcure_app.training.train_local` (same seed, same data as the in-process executor),
   applies the ``freq-ghz`` directive through a frequency actuator and replies with the model and
   a MetricRecord (``num-examples`` = |D_n|, ``samples``, ``seconds`` (stretched by the actuator),
-  ``f-applied-ghz``, ``loss``).
+  ``f-applied-ghz``, ``loss``, ``startup-s``: in the warm trainer the seconds of this message
+  spent starting the trainer or loading the node's data and model, 0 once loaded; always 0 in
+  a ``flwr-clientapp`` process).
 - ``query``: replies with the node's identity (``partition-id``, ``num-partitions`` and/or
   ``client-id`` from its node config), from which the server maps client id → node id.
 - ``evaluate``: loss and accuracy of the sent model on the client's own training data.
@@ -67,6 +69,10 @@ app = ClientApp()
 #: (:mod:`client.trainer`) per message; None in a ``flwr-clientapp`` process, where the
 #: process's own start time counts
 task_started_at: float | None = None
+#: start-up seconds the warm trainer's executor measured inside the message being handled (the
+#: trainer started for it); None in a ``flwr-clientapp`` process, which starts for every message
+#: (there the start-up is every message's, part of the client's latency, and is not reported)
+task_startup_s: float | None = None
 
 
 def _process_started_at() -> float | None:
@@ -223,10 +229,46 @@ class _DeployedState:
 
 
 _deployed: dict[tuple[str, int], _DeployedState] = {}
+#: a node data file loaded ahead of the first message (:func:`preload`): path -> (data, x, y,
+#: model), taken over by the first :func:`deployed_state` of that path
+_preloaded: dict[str, tuple[Any, torch.Tensor, torch.Tensor, torch.nn.Module]] = {}
+#: seconds the last :func:`deployed_state` call spent loading (0 when it was loaded already)
+_last_load_s = 0.0
+
+
+def _load_parts(path: str) -> tuple[Any, torch.Tensor, torch.Tensor, torch.nn.Module]:
+    from fedcure_app.node_data import load_node_data
+
+    data = load_node_data(path)
+    return (data, torch.from_numpy(data.x), torch.from_numpy(data.y),
+            build_model(data.dataset, data.num_classes))
+
+
+def preload(path: str, warm_steps: int = 2, batch_size: int = 32) -> float:
+    """Load node data file ``path`` and its model before any message arrives, and run
+    ``warm_steps`` throw-away SGD steps (torch's first backward pass, the optimiser and the
+    packing code pay their one-off costs here, not in the first task). Returns the seconds it
+    took. The model's weights are overwritten by every train message, so the warm-up changes
+    no result."""
+    t0 = time.perf_counter()
+    apply_thread_policy(where="ClientApp")
+    data, x, y, model = _load_parts(str(path))
+    if warm_steps > 0 and len(y):
+        weights = get_weights(model)
+        shapes = weight_shapes(model)
+        set_weights(model, unpack(pack(weights), shapes))
+        train_local(model, x, y, steps=warm_steps, lr=0.01, batch_size=batch_size, seed=0)
+        ArrayRecord(pack(get_weights(model)))
+        set_weights(model, weights)
+    with _lock:
+        _preloaded.clear()
+        _preloaded[str(path)] = (data, x, y, model)
+    return time.perf_counter() - t0
 
 
 def deployed_state(context: Context) -> _DeployedState | None:
     """The node's own client when its node config names a ``data-file``, else None."""
+    global _last_load_s
     path = context.node_config.get("data-file")
     if not path:
         return None
@@ -236,15 +278,16 @@ def deployed_state(context: Context) -> _DeployedState | None:
     key = (str(path), client)
     with _lock:
         state = _deployed.get(key)
+        _last_load_s = 0.0
         if state is None:
-            from fedcure_app.node_data import load_node_data
-
-            data = load_node_data(str(path))
-            state = _DeployedState(
-                path=str(path), client=client, data=data,
-                x=torch.from_numpy(data.x), y=torch.from_numpy(data.y),
-                model=build_model(data.dataset, data.num_classes),
-            )
+            parts = _preloaded.pop(str(path), None)
+            if parts is None:  # not preloaded: this message pays the load
+                t0 = time.perf_counter()
+                parts = _load_parts(str(path))
+                _last_load_s = time.perf_counter() - t0
+            data, x, y, model = parts
+            state = _DeployedState(path=str(path), client=client, data=data, x=x, y=y,
+                                   model=model)
             _deployed.clear()
             _deployed[key] = state
         return state
@@ -265,12 +308,16 @@ def train(msg: Message, context: Context) -> Message:
     conf = msg.content["config"]
     kind = str(context.node_config.get("cpufreq", app_options(context.run_config).cpufreq))
     deployed = deployed_state(context)
+    load_s = _last_load_s if deployed is not None else 0.0
     if deployed is not None:
         _check_deployed_id(deployed, conf)
         client = deployed.client
+        made, t_act = len(deployed.actuators), time.perf_counter()
         actuator = deployed.actuator(
             kind, str(context.node_config.get("cpufreq-root", DEFAULT_CPU_ROOT)),
             dict(context.node_config), int(conf["batch-size"]))
+        if len(deployed.actuators) > made:  # made here (a cgroup one measures the host): start-up
+            load_s += time.perf_counter() - t_act
         f_max = deployed.data.profile.f_max_ghz
         x, y, model = deployed.x, deployed.y, deployed.model
     else:
@@ -303,6 +350,10 @@ def train(msg: Message, context: Context) -> Message:
         "seconds": seconds,
         "f-applied-ghz": f_applied,
         "loss": float(res.loss),
+        # start-up inside this message: the warm trainer's (its start, if the executor had to
+        # start it for this message, and a data load); a flwr-clientapp process starts for every
+        # message, so its start-up is part of every latency and is reported as 0
+        "startup-s": float(task_startup_s + load_s) if task_startup_s is not None else 0.0,
         **ray_node_metric(),
     })
     if deployed is not None:
@@ -362,4 +413,4 @@ def evaluate_local(msg: Message, context: Context) -> Message:
     return Message(RecordDict({"metrics": metrics}), reply_to=msg)
 
 
-__all__ = ["app", "client_state", "deployed_state"]
+__all__ = ["app", "client_state", "deployed_state", "preload"]

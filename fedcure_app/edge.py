@@ -19,7 +19,9 @@ Instruction (``RecordDict``):
 
 Reply: ``"arrays"`` (the trained model) and one :class:`~flwr.app.MetricRecord` with
 ``num-examples`` (|D_n|, the FedAvg weight), ``samples``, ``seconds``, ``f-applied-ghz``,
-``loss``.
+``loss``, and optionally ``startup-s``: seconds of this message the client spent starting up
+(loading its trainer, model or data) rather than training; each edge round's slowest start-up
+adds to :attr:`EdgeResult.startup_s`.
 
 Failures
 --------
@@ -33,6 +35,7 @@ answers raises :class:`EdgeTaskError`.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -51,6 +54,8 @@ log = logging.getLogger(__name__)
 
 #: Keys of the MetricRecord every train reply carries.
 REPLY_METRICS = ("num-examples", "samples", "seconds", "f-applied-ghz", "loss")
+#: Optional key of a train reply's MetricRecord: start-up seconds inside the message.
+STARTUP_METRIC = "startup-s"
 
 
 class EdgeTaskError(RuntimeError):
@@ -224,6 +229,8 @@ def _reply_problem(reply: Message, sent: ArrayRecord) -> str | None:
         return f"metrics lack {', '.join(missing)}"
     if not float(metrics["num-examples"]) > 0:
         return f"num-examples must be > 0, got {metrics['num-examples']}"
+    if STARTUP_METRIC in metrics and not 0.0 <= float(metrics[STARTUP_METRIC]) < math.inf:
+        return f"{STARTUP_METRIC} must be finite seconds >= 0, got {metrics[STARTUP_METRIC]}"
     return None
 
 
@@ -292,6 +299,7 @@ def run_edge_task(
     shapes = [a.shape for a in edge]
     reports: list[ClientReport] = []
     num_samples = 0
+    startup_s = 0.0
     # messages live twice the round's timeout: a pull can block on a dead client's reply for up
     # to half of it past the deadline (edge role: fedcure_app.object_pulls), and the replies
     # that came in meanwhile must still be there for the last pull
@@ -357,9 +365,11 @@ def run_edge_task(
             raise EdgeTaskError(f"task {task.task_id}: FedAvg returned no model in round {r}")
         edge = unpack(arrays.to_numpy_ndarrays(), shapes)
         num_samples = 0
+        round_startup = 0.0
         for c, reply in zip(survivors, replies):
             m = next(iter(reply.content.metric_records.values()))
             num_samples += int(m["num-examples"])
+            round_startup = max(round_startup, float(m.get(STARTUP_METRIC, 0.0)))
             reports.append(ClientReport(
                 client=c, edge_round=r, samples=int(m["samples"]),
                 seconds=float(m["seconds"]), f_applied_ghz=float(m["f-applied-ghz"]),
@@ -369,6 +379,7 @@ def run_edge_task(
             if c in problems:
                 dropped.append(c)
         active = survivors
+        startup_s += round_startup
         if on_round is not None:
             on_round(r, time.monotonic() - t_round, list(survivors))
     if on_progress is not None:
@@ -380,7 +391,9 @@ def run_edge_task(
         num_samples=num_samples,
         reports=reports,
         dropped=dropped,
+        startup_s=startup_s,
     )
 
 
-__all__ = ["CoalitionGrid", "EdgeTaskError", "REPLY_METRICS", "pull_replies", "run_edge_task"]
+__all__ = ["CoalitionGrid", "EdgeTaskError", "REPLY_METRICS", "STARTUP_METRIC", "pull_replies",
+           "run_edge_task"]

@@ -76,7 +76,12 @@ class EdgeTask:
 
 @dataclass
 class EdgeResult:
-    """The edge model after τ_e rounds, its FedAvg weight and what each client reported."""
+    """The edge model after τ_e rounds, its FedAvg weight and what each client reported.
+
+    ``startup_s``: seconds of the task that were start-up rather than training (deployment:
+    client start-up inside edge rounds, Σ over rounds of the slowest client's; the edge adds its
+    wait for the coalition's clients to come online). 0 in simulation.
+    """
 
     task_id: str
     coalition: int
@@ -84,6 +89,7 @@ class EdgeResult:
     num_samples: int
     reports: list[ClientReport] = field(default_factory=list)
     dropped: list[int] = field(default_factory=list)
+    startup_s: float = 0.0
 
 
 def derive_seed(*parts: int | str) -> int:

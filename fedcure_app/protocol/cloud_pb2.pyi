@@ -148,7 +148,7 @@ class ClientStat(_message.Message):
     def __init__(self, client_id: _Optional[int] = ..., edge_round: _Optional[int] = ..., samples: _Optional[int] = ..., seconds: _Optional[float] = ..., f_applied_ghz: _Optional[float] = ..., loss: _Optional[float] = ...) -> None: ...
 
 class SubmitRequest(_message.Message):
-    __slots__ = ("task_id", "edge_id", "model", "num_samples", "stats", "dropped_client_ids", "latency_s", "token")
+    __slots__ = ("task_id", "edge_id", "model", "num_samples", "stats", "dropped_client_ids", "latency_s", "token", "startup_s")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     EDGE_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -157,6 +157,7 @@ class SubmitRequest(_message.Message):
     DROPPED_CLIENT_IDS_FIELD_NUMBER: _ClassVar[int]
     LATENCY_S_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
+    STARTUP_S_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     edge_id: int
     model: bytes
@@ -165,7 +166,8 @@ class SubmitRequest(_message.Message):
     dropped_client_ids: _containers.RepeatedScalarFieldContainer[int]
     latency_s: float
     token: str
-    def __init__(self, task_id: _Optional[str] = ..., edge_id: _Optional[int] = ..., model: _Optional[bytes] = ..., num_samples: _Optional[int] = ..., stats: _Optional[_Iterable[_Union[ClientStat, _Mapping]]] = ..., dropped_client_ids: _Optional[_Iterable[int]] = ..., latency_s: _Optional[float] = ..., token: _Optional[str] = ...) -> None: ...
+    startup_s: float
+    def __init__(self, task_id: _Optional[str] = ..., edge_id: _Optional[int] = ..., model: _Optional[bytes] = ..., num_samples: _Optional[int] = ..., stats: _Optional[_Iterable[_Union[ClientStat, _Mapping]]] = ..., dropped_client_ids: _Optional[_Iterable[int]] = ..., latency_s: _Optional[float] = ..., token: _Optional[str] = ..., startup_s: _Optional[float] = ...) -> None: ...
 
 class SubmitReply(_message.Message):
     __slots__ = ("accepted", "version", "detail")

@@ -147,6 +147,7 @@ def _submit_header(result: EdgeResult, edge_id: int, latency_s: float, token: st
         dropped_client_ids=[int(c) for c in result.dropped],
         latency_s=latency_s,
         token=token,
+        startup_s=float(result.startup_s),
     )
 
 
@@ -178,6 +179,7 @@ def result_from_proto(msg: pb.SubmitRequest | WithModel, coalition: int, *,
         num_samples=int(msg.num_samples),
         reports=[report_from_proto(s) for s in msg.stats],
         dropped=[int(c) for c in msg.dropped_client_ids],
+        startup_s=float(msg.startup_s),
     )
 
 

@@ -257,3 +257,34 @@ def test_progress_is_kept_while_its_task_is_expected():
     assert not c.report_progress(m, task.task_id, 2, 2, [], 4.0)
     assert all(r.coalition != m or c.is_live(task.task_id) for r in c.status().progress)
     assert not c.report_progress(m, "r9-c9-v9", 0, 2, [], 0.0)  # unknown: not expected
+
+
+def test_reported_start_up_is_left_out_of_the_latency_estimate_and_its_calibration():
+    """Two clouds get the same arrival, one with 1.2 s of its 1.5 s reported as start-up (a
+    trainer loading, clients coming online): that one's estimator learns 0.3 s, exactly as a
+    cloud that measured 0.3 s with no start-up, and the record keeps the measured 1.5 s."""
+    plain, tasks_p = formed()
+    started, tasks_s = formed()
+    fast, tasks_f = formed()
+    for c, tasks, latency, startup in ((plain, tasks_p, 1.5, 0.0), (started, tasks_s, 1.5, 1.2),
+                                       (fast, tasks_f, 0.3, 0.0)):
+        task = tasks[0]
+        c.check_submit(task, 10, latency, [], [], startup)
+        arrays = [a + 0.1 for a in c.strategy.global_arrays]
+        rec = c.arrive(task, arrays, latency, latency, 10, [], [], False, startup).record
+        assert rec["latency_s"] == latency and rec["startup_s"] == startup
+    est = {name: c.strategy.estimator for name, c in
+           (("plain", plain), ("started", started), ("fast", fast))}
+    assert est["started"].scale == pytest.approx(est["fast"].scale)
+    assert est["started"].scale < est["plain"].scale
+    np.testing.assert_allclose(est["started"].mean(), est["fast"].mean())
+    assert started.records[0]["observed_latency_s"] == pytest.approx(0.3)
+
+
+def test_a_start_up_longer_than_the_edges_latency_is_refused():
+    c, tasks = formed()
+    assert refused(lambda: c.check_submit(tasks[0], 10, 1.0, [], [], 1.5)) \
+        is Reason.INVALID_ARGUMENT
+    assert refused(lambda: c.check_submit(tasks[0], 10, 1.0, [], [], -0.1)) \
+        is Reason.INVALID_ARGUMENT
+    assert c.strategy.round == 0 and not c.records

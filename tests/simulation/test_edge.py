@@ -253,3 +253,44 @@ def test_extra_config_reaches_every_message():
     grid = grid_for()
     run_edge_task(grid, make_task(tau_e=1), NODE, poll_s=0.001, extra_config={"data-key": "ab"})
     assert all(m.content["config"]["data-key"] == "ab" for m in grid.sent)
+
+
+def test_each_rounds_slowest_client_start_up_adds_to_the_tasks_start_up():
+    """Clients report start-up inside a message as ``startup-s``; a round waits for its slowest
+    start-up, so the task's start-up is the sum over rounds of each round's largest one."""
+    startup = {(0, 0): 1.5, (1, 0): 0.25, (2, 1): 0.5}  # (client, edge round) -> seconds
+
+    def with_startup(client: int):
+        inner = trainer(client)
+
+        def handle(msg: Message):
+            out = inner(msg)
+            r = int(msg.content["config"]["edge-round"])
+            out["metrics"]["startup-s"] = startup.get((client, r), 0.0)
+            return out
+
+        return handle
+
+    grid = FakeGrid({NODE[c]: with_startup(c) for c in NODE})
+    res = run_edge_task(grid, make_task(tau_e=3), NODE, poll_s=0.001)
+    assert res.dropped == []
+    assert res.startup_s == pytest.approx(1.5 + 0.5)
+    plain = run_edge_task(grid_for(), make_task(tau_e=3), NODE, poll_s=0.001)
+    assert plain.startup_s == 0.0
+
+
+@pytest.mark.parametrize("bad", [-1.0, float("nan"), float("inf")])
+def test_a_reply_with_a_bad_start_up_is_a_drop(bad):
+    def reporting(client: int, value: float):
+        inner = trainer(client)
+
+        def handle(msg):
+            out = inner(msg)
+            out["metrics"]["startup-s"] = value
+            return out
+
+        return handle
+
+    grid = FakeGrid({NODE[c]: reporting(c, bad if c == 1 else 0.0) for c in NODE})
+    res = run_edge_task(grid, make_task(tau_e=1), NODE, poll_s=0.001)
+    assert res.dropped == [1] and res.startup_s == 0.0
