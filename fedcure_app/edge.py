@@ -166,7 +166,7 @@ def pull_replies(
             if mid in pending:
                 pending.discard(mid)
                 got[mid] = reply
-                trace("edge.pulled", mid, reply=reply.metadata.message_id)
+                trace("edge.pulled", mid, reply=getattr(reply.metadata, "message_id", ""))
         if on_reply is not None and len(pending) < before:
             on_reply(set(pending))
         if not pending or last:
