@@ -31,6 +31,14 @@ and the frequency directives each client was sent and applied.
     python3 bench/deploy_round.py [--datasets digits,mnist] [--data-dir DIR] [--clients 4]
         [--rounds 4] [--tau-e 4] [--tau-c 5] [--runtimes warm,flower] [--busy] [--out DIR]
     python3 bench/deploy_round.py --profiles [--out DIR]
+    python3 bench/deploy_round.py --live [--pairs 3] [--with-load] [--out DIR]
+
+``--live`` measures what the cloud's live view costs: pairs of the same digits launch (warm
+runtime) without the live view (``--no-dashboard``) and with it on, its page fetched, its event
+stream read the whole run and a real Prometheus (Debian's ``prometheus``) scraping ``/metrics``
+every second; the order alternates within each pair. It prints the median overhead per edge
+round (and the median edge round) of both, pooled over the pairs, and whether the live view's
+is within 5 % of the plain one; ``--with-load`` repeats it with one extra CPU-bound process.
 """
 
 from __future__ import annotations
@@ -262,6 +270,170 @@ def profiles_bench(args: argparse.Namespace, out: Path) -> int:
     return 0
 
 
+class LiveWatchers:
+    """What watches a live view during a run: its page fetched once, its event stream read
+    (a thread), and a Prometheus scraping ``/metrics`` every second (a process)."""
+
+    def __init__(self, port: int, work: Path) -> None:
+        import shutil
+        import threading
+
+        self.port = port
+        self.events = 0
+        self.bytes = 0
+        self.page_ok = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+        self.prom_port = _free_port()
+        self.prometheus = None
+        binary = shutil.which("prometheus")
+        if binary is None:
+            raise SystemExit("--live needs Debian's prometheus (apt-get install prometheus)")
+        work.mkdir(parents=True, exist_ok=True)
+        (work / "prometheus.yml").write_text(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+            "scrape_configs:\n  - job_name: fedcure\n    static_configs:\n"
+            f"      - targets: ['127.0.0.1:{port}']\n")
+        self.prometheus = subprocess.Popen(
+            [binary, f"--config.file={work / 'prometheus.yml'}",
+             f"--storage.tsdb.path={work / 'tsdb'}",
+             f"--web.listen-address=127.0.0.1:{self.prom_port}"],
+            stdout=subprocess.DEVNULL, stderr=(work / "prometheus.log").open("w"))
+
+    def _read(self) -> None:
+        import http.client
+        import socket
+
+        while not self._stop.is_set():  # the cloud starts the view a moment after launch
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        try:
+            for path in ("/", "/static/app.js", "/static/style.css"):
+                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+                conn.request("GET", path)
+                resp = conn.getresponse()
+                resp.read()
+                self.page_ok = resp.status == 200
+                conn.close()
+            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+            conn.request("GET", "/events")
+            resp = conn.getresponse()
+            while not self._stop.is_set():
+                line = resp.fp.readline()
+                if not line:
+                    break
+                self.bytes += len(line)
+                if line.startswith(b"data: "):
+                    self.events += 1
+        except OSError:
+            pass
+
+    def scrapes(self) -> int:
+        """Successful scrapes Prometheus stored (PromQL over its HTTP API)."""
+        import urllib.parse
+        import urllib.request
+
+        q = urllib.parse.urlencode({"query": "sum(count_over_time(up{job='fedcure'}[1h]))"})
+        try:
+            with urllib.request.urlopen(
+                    f"http://127.0.0.1:{self.prom_port}/api/v1/query?{q}", timeout=5) as r:
+                got = json.loads(r.read())["data"]["result"]
+            return int(float(got[0]["value"][1])) if got else 0
+        except OSError:
+            return 0
+
+    def stop(self) -> int:
+        """Stop watching; the number of scrapes."""
+        self._stop.set()
+        n = self.scrapes()
+        if self.prometheus is not None and self.prometheus.poll() is None:
+            self.prometheus.terminate()
+            self.prometheus.wait(30)
+        self._thread.join(5)
+        return n
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def live_bench(args: argparse.Namespace, out: Path) -> int:
+    """The live view's cost per edge round (see the module docstring, ``--live``)."""
+    results: dict[str, Any] = {"runs": []}
+    loads = (False, True) if args.with_load else (False,)
+    for loaded in loads:
+        hog = None
+        if loaded:  # one extra CPU-bound process, stopped by its PID below
+            hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        try:
+            for i in range(args.pairs):
+                for mode in (("off", "on") if i % 2 == 0 else ("on", "off")):
+                    name = f"live-{'load' if loaded else 'idle'}-{i}-{mode}"
+                    run_out = out / name
+                    watchers = None
+                    extra = ["--no-dashboard"]
+                    if mode == "on":
+                        port = _free_port()
+                        watchers = LiveWatchers(port, out / f"{name}-watch")
+                        extra = ["--dashboard", f"127.0.0.1:{port}"]
+                    load0 = os.getloadavg()[0]
+                    try:
+                        wall = launch(run_out, "warm", "digits", None, args, extra=extra)
+                    finally:
+                        scrapes = watchers.stop() if watchers is not None else 0
+                    got = collect(run_out)
+                    got.update(mode=mode, loaded=loaded, pair=i, launch_wall_s=wall,
+                               load_at_start=load0, scrapes=scrapes,
+                               events=watchers.events if watchers else 0,
+                               event_bytes=watchers.bytes if watchers else 0,
+                               page_ok=watchers.page_ok if watchers else None)
+                    results["runs"].append(got)
+                    print(f"{name}: launch {wall:6.1f} s, {got['rounds']} edge rounds"
+                          + (f", {got['events']} events read, {scrapes} scrapes"
+                             if watchers else ""), flush=True)
+        finally:
+            if hog is not None:
+                hog.terminate()
+                hog.wait(10)
+    (out / "deploy_round_live.json").write_text(json.dumps(results, indent=1))
+    print(f"\nper edge round (seconds; {args.clients} clients, tau_c {args.tau_c}, "
+          f"{args.rounds} tasks x tau_e {args.tau_e}, digits, warm runtime, {args.pairs} "
+          "pairs pooled)")
+    head = (f"{'host':6s} {'live view':9s} {'rounds':>6s} {'wall med':>9s} {'ovh med':>8s} "
+            f"{'ovh p95':>8s} {'events':>7s} {'scrapes':>7s}")
+    print(head)
+    print("-" * len(head))
+    ok = True
+    for loaded in loads:
+        host = "loaded" if loaded else "idle"
+        med: dict[str, float] = {}
+        for mode in ("off", "on"):
+            runs = [r for r in results["runs"] if r["loaded"] == loaded and r["mode"] == mode]
+            wall = [x for r in runs for x in r["wall_s"]]
+            ovh = [x for r in runs for x in r["overhead_s"]]
+            wm, _ = _stats(wall)
+            om, op = _stats(ovh)
+            med[mode] = om
+            print(f"{host:6s} {mode:9s} {len(ovh):6d} {wm:9.3f} {om:8.3f} {op:8.3f} "
+                  f"{sum(r['events'] for r in runs):7d} {sum(r['scrapes'] for r in runs):7d}")
+        change = (med["on"] - med["off"]) / med["off"] if med["off"] > 0 else float("nan")
+        within = abs(change) <= 0.05 or med["on"] <= med["off"]
+        ok = ok and within
+        print(f"{host}: median overhead per edge round {med['off']:.3f} s without the live "
+              f"view, {med['on']:.3f} s with it ({100 * change:+.1f} %): "
+              f"{'within' if within else 'NOT within'} 5 %")
+    print(f"\nresults in {out / 'deploy_round_live.json'}")
+    return 0 if ok else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--datasets", default="digits,mnist")
@@ -277,10 +449,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=900.0, help="per launch (s)")
     p.add_argument("--profiles", action="store_true",
                    help="two coalitions of different device profiles: T^ and directives")
+    p.add_argument("--live", action="store_true",
+                   help="the live view's cost: launches without and with it watched")
+    p.add_argument("--pairs", type=int, default=3, help="--live: launch pairs per host state")
+    p.add_argument("--with-load", action="store_true",
+                   help="--live: also with one extra CPU-bound process")
     p.add_argument("--out", help="folder for the runs (default: a temporary one)")
     args = p.parse_args(argv)
     out = Path(args.out or tempfile.mkdtemp(prefix="deploy-round-")).resolve()
     out.mkdir(parents=True, exist_ok=True)
+    if args.live:
+        return live_bench(args, out)
     return profiles_bench(args, out) if args.profiles else rounds_bench(args, out)
 
 

@@ -399,11 +399,13 @@ def analyse(ctx: Context) -> Section:
         rows.append([v.label + (" (= literal at this budget)" if same else ""), kind,
                      f"{100 * fin:.2f}", f"{100 * best:.2f}", diff,
                      f"{100 * fin - paper:+.2f}" if paper is not None else "n/a",
-                     f"{r['wall_seconds']:.0f}", f"{r['simulated_seconds']:.0f}"])
+                     wall_cell(r), f"{r['simulated_seconds']:.0f}"])
         variants[v.key] = {"label": v.label, "overrides": dict(v.flat), "key": keys[v.key],
                            "reading": v.reading,
                            "final_accuracy": fin, "best_accuracy": best,
                            "wall_seconds": float(r["wall_seconds"]),
+                           "device": r.get("device", "cpu"),
+                           "dip": _dip_data(find_dip(r)),
                            "simulated_seconds": float(r["simulated_seconds"]),
                            "curve": _curve(r)}
         if "rerun_check" in r:
@@ -429,6 +431,9 @@ def analyse(ctx: Context) -> Section:
                   f"its evaluations differ from the cached run's by up to "
                   f"{100 * (chk['max_accuracy_difference'] or 0):.2f} points "
                   f"(same schedule: {'yes' if chk['same_schedule'] else 'no'}).")]
+    dips = variant_dips(variants)
+    if dips:
+        md += ["", dips]
     verdict = reading_verdict(variants, paper)
     if verdict:
         md += ["", verdict]
@@ -465,6 +470,36 @@ def analyse(ctx: Context) -> Section:
     section = Section(NAME, TITLE, ctx.name, "\n".join(md), figures, data)
     write_own_report(section, folder)
     return section
+
+
+def wall_cell(result: Mapping[str, Any]) -> str:
+    """A run's wall time (s), with the device it trained on where that was not the CPU."""
+    dev = str(result.get("device", "cpu"))
+    return f"{result['wall_seconds']:.0f}" + ("" if dev == "cpu" else f" ({dev})")
+
+
+def _dip_data(dip: Dip | None) -> dict[str, Any] | None:
+    if dip is None:
+        return None
+    return {"peak_round": dip.peak_round, "peak": dip.peak, "trough_round": dip.trough_round,
+            "trough": dip.trough, "recovered_round": dip.recovered_round, "depth": dip.depth}
+
+
+def variant_dips(variants: Mapping[str, Mapping[str, Any]]) -> str:
+    """One line on each variant's deepest fall below its running best (the literal run's dip
+    at rounds 25-45, and whether a change removes it)."""
+    parts = []
+    for key, v in variants.items():
+        d = v.get("dip")
+        if d is None:
+            parts.append(f"{v['label']}: never falls")
+        else:
+            parts.append(f"{v['label']}: {100 * d['depth']:.2f} points, round "
+                         f"{d['peak_round']} → {d['trough_round']}")
+    if not parts:
+        return ""
+    return ("Deepest fall of each variant's curve below its running best: "
+            + "; ".join(parts) + ".")
 
 
 def _formed_specs(ctx: Context, method: str) -> list[RunSpec]:

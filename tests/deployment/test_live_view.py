@@ -189,3 +189,29 @@ def test_a_loopback_view_refuses_foreign_host_names(running):
     _, _, _, live = running
     assert get(live.url, {"Host": "attacker.example:8080"})[0] == 403
     assert get(live.url, {"Host": f"localhost:{live.port}"})[0] == 200
+
+
+def test_launch_refuses_an_exposed_view_without_a_token_before_starting_anything(tmp_path,
+                                                                                 capsys):
+    from fedcure_app.cli import main
+
+    out = tmp_path / "run"
+    code = main(["launch", "--edges", "1", "--clients", "1", "--out", str(out),
+                 "--dashboard", "0.0.0.0:8080", "--no-progress"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "--dashboard-token" in err[0], err
+    assert not (out / "logs").exists()
+
+
+def test_launch_moves_a_busy_dashboard_port_to_the_next_free_one():
+    import socket
+
+    from fedcure_app.cli.launch import dashboard_address
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        host, _, got = dashboard_address(f"127.0.0.1:{port}").rpartition(":")
+        assert host == "127.0.0.1" and port < int(got) < port + 20
+    assert int(dashboard_address("127.0.0.1:0").rpartition(":")[2]) > 0

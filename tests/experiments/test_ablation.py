@@ -274,3 +274,14 @@ def test_the_dip_explanation_claims_only_what_the_numbers_show():
     moved = ablation.dip_explanation(_dip_data(staleness_during=3.0, jsd=0.2, loss_rises=1))
     assert "schedule shifts" in moved and "does not change" not in moved
     assert "JSD" not in moved and "not diverging" not in moved
+
+
+def test_each_variant_reports_its_deepest_fall_and_a_gpu_run_says_so():
+    lit = {"label": "literal", "dip": {"peak_round": 25, "peak": 0.83, "trough_round": 35,
+                                       "trough": 0.79, "recovered_round": 55, "depth": 0.04}}
+    flat = {"label": "momentum 0.9", "dip": None}
+    text = ablation.variant_dips({"literal": lit, "momentum": flat})
+    assert "literal: 4.00 points, round 25 → 35" in text and "momentum 0.9: never falls" in text
+    assert ablation.variant_dips({}) == ""
+    assert ablation.wall_cell({"wall_seconds": 116.4, "device": "cuda"}) == "116 (cuda)"
+    assert ablation.wall_cell({"wall_seconds": 806.0}) == "806"
