@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from fedcure_app.object_pulls import quick_pulls
+from fedcure_app.tracing import set_role, trace
 
 log = logging.getLogger("fedcure.client.executor")
 
@@ -240,7 +241,8 @@ def _runtime_client(address: str, interceptors: list[Any], stop: threading.Event
         retry_invoker=stoppable_retries(stop))
 
 
-def run_task(address: str, token: str, task_id: int, trainer: Trainer) -> str:
+def run_task(address: str, token: str, task_id: int, trainer: Trainer,
+             acquired_at: float | None = None) -> str:
     """One ClientApp task, as ``flwr-clientapp`` runs it; return its final sub-status.
 
     When ``trainer.stop`` is set (SIGTERM) the task ends at once: the message gets an error
@@ -268,6 +270,9 @@ def run_task(address: str, token: str, task_id: int, trainer: Trainer) -> str:
     try:
         heartbeat.start()
         message, context, _run, fab = pull_task_input(client)
+        mid = message.metadata.message_id
+        trace("exe.acquired", mid, t=acquired_at or started)
+        trace("exe.input", mid)
         check_app(fab.content)
         log.info("task %d: %s message %s to the trainer", task_id,
                  message.metadata.message_type, message.metadata.group_id)
@@ -293,6 +298,8 @@ def run_task(address: str, token: str, task_id: int, trainer: Trainer) -> str:
     finally:
         try:
             if reply is not None and context is not None:
+                if message is not None:  # the SuperNode sees the reply before its objects
+                    trace("exe.push", message.metadata.message_id)
                 push_message(client, reply, context)
         except Exception as err:  # noqa: BLE001
             log.error("task %d: could not push the reply: %s", task_id, err)
@@ -339,7 +346,7 @@ def serve(address: str, secret: bytes, stop: threading.Event, cfg: Any,
                 stop.wait(0.5)
                 continue
             if res.HasField("task") and res.token:
-                run_task(address, res.token, int(res.task.task_id), trainer)
+                run_task(address, res.token, int(res.task.task_id), trainer, time.time())
                 wait = cfg.executor_poll_min_s
                 if not trainer.alive():  # it died: have a new one loaded for the next message
                     try:
@@ -410,6 +417,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"client.executor: error: {err}", file=sys.stderr)
         return 2
     stop = threading.Event()
+    set_role("executor")
 
     def on_signal(_signum: int, _frame: Any) -> None:
         stop.set()

@@ -179,6 +179,10 @@ def main(argv: list[str] | None = None) -> None:
     log.addHandler(handler)  # Flower configures its own logger; the root stays untouched
     log.setLevel(logging.INFO)
     log.propagate = False
+    from fedcure_app.tracing import set_role, trace_flower_log
+
+    set_role("supernode")
+    trace_flower_log()  # FEDCURE_TRACE_DIR: Flower's receive/send log lines become events
     clock = clock_from_env()
     if install(clock):
         log.info("SuperNode idle wait %.3g..%.3g s, reply poll %.3g s (Flower's: 3 s, 0.5 s)",

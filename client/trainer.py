@@ -83,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
+    from fedcure_app.tracing import set_role
+
+    set_role("trainer")
     conn = Connection(args.fd)
     try:
         return serve(conn, args.data_file)

@@ -25,6 +25,7 @@ from edge_server.serve import serve_edge
 from edge_server.settings import EdgeSettings
 from fedcure_app.app_config import AppOptions, app_options
 from fedcure_app.object_pulls import quick_pulls
+from fedcure_app.tracing import set_role
 
 app = ServerApp()
 
@@ -36,6 +37,7 @@ def run_edge_role(grid: Grid, run_config: dict[str, Any], opts: AppOptions) -> N
         raise ValueError("role 'edge' needs the run-config key edge-file (start the edge with "
                          "fedcure-edge, which writes it)")
     settings = EdgeSettings.load(opts.edge_file)
+    set_role(f"edge{settings.edge_id}")
     # a reply is listed before its objects land: retry them after 10 ms, not Flower's 1 s, and
     # give up on a reply whose objects never come (its client died uploading) after half the
     # edge timeout, not after the SuperLink's upload session expires (fedcure_app.object_pulls;

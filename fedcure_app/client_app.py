@@ -59,6 +59,7 @@ from fedcure_app.models import build_model, get_weights, set_weights, weight_sha
 from fedcure_app.packing import is_packed, pack, unpack
 from fedcure_app.flower_tools import ray_node_metric
 from fedcure_app.threads import apply_thread_policy
+from fedcure_app.tracing import trace
 from fedcure_app.training import evaluate, train_local
 
 log = logging.getLogger(__name__)
@@ -304,6 +305,7 @@ def _check_deployed_id(state: _DeployedState, config: ConfigRecord | None) -> No
 @app.train()
 def train(msg: Message, context: Context) -> Message:
     """Train ``tau-c`` local steps on this client's data at the directed CPU frequency."""
+    trace("app.start", msg.metadata.message_id)
     apply_thread_policy(where="ClientApp")
     conf = msg.content["config"]
     kind = str(context.node_config.get("cpufreq", app_options(context.run_config).cpufreq))
@@ -338,11 +340,13 @@ def train(msg: Message, context: Context) -> Message:
     sent = msg.content["arrays"].to_numpy_ndarrays()
     shapes = weight_shapes(model)
     set_weights(model, unpack(sent, shapes))
+    trace("app.train_start", msg.metadata.message_id)
     res = train_local(
         model, x, y,
         steps=int(conf["tau-c"]), lr=float(conf["lr"]), batch_size=int(conf["batch-size"]),
         seed=int(conf["seed"]),
     )
+    trace("app.train_end", msg.metadata.message_id)
     seconds = float(actuator.stretch(res.seconds, f_applied))
     metrics = MetricRecord({
         "num-examples": int(len(y)),
@@ -372,7 +376,9 @@ def train(msg: Message, context: Context) -> Message:
     weights = get_weights(model)  # answered in the form it was sent (fedcure_app.packing)
     content = RecordDict({"arrays": ArrayRecord(pack(weights) if is_packed(sent, shapes)
                                                 else weights), "metrics": metrics})
-    return Message(content, reply_to=msg)
+    reply = Message(content, reply_to=msg)
+    trace("app.end", msg.metadata.message_id)
+    return reply
 
 
 @app.query()

@@ -49,6 +49,7 @@ from flwr.serverapp.strategy import FedAvg
 
 from fedcure_app.packing import pack, unpack
 from fedcure_app.tasks import ClientReport, EdgeResult, EdgeTask, client_train_seed
+from fedcure_app.tracing import trace
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +166,7 @@ def pull_replies(
             if mid in pending:
                 pending.discard(mid)
                 got[mid] = reply
+                trace("edge.pulled", mid, reply=getattr(reply.metadata, "message_id", ""))
         if on_reply is not None and len(pending) < before:
             on_reply(set(pending))
         if not pending or last:
@@ -311,13 +313,20 @@ def run_edge_task(
                 f"edge round {r} (dropped: {dropped})"
             )
         t_round = time.monotonic()
+        round_key = f"{task.task_id}/e{r}"
+        trace("edge.round_start", round_key)
         # one flat array per message: a third of the objects Flower moves (fedcure_app.packing)
         record = ArrayRecord(pack(edge), keep_input=True)
         msgs = [_train_message(record, task, c, node_of_client[c], r, ttl, extra_config)
                 for c in active]
+        t_push = time.time()
         ids = list(grid.push_messages(msgs))
         if len(ids) != len(msgs):
             raise RuntimeError(f"grid returned {len(ids)} message ids for {len(msgs)} messages")
+        trace("edge.pushed", round_key)
+        for mid, c in zip(ids, active):
+            if mid:  # the SuperLink lists a message before its objects are uploaded
+                trace("edge.push", mid, t=t_push, round=round_key, node=int(node_of_client[c]))
         client_of_id = {mid: c for mid, c in zip(ids, active) if mid}
         problems: dict[int, str] = {
             c: "could not be pushed" for mid, c in zip(ids, active) if not mid
@@ -380,6 +389,7 @@ def run_edge_task(
                 dropped.append(c)
         active = survivors
         startup_s += round_startup
+        trace("edge.round_done", round_key)
         if on_round is not None:
             on_round(r, time.monotonic() - t_round, list(survivors))
     if on_progress is not None:

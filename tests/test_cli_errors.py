@@ -115,6 +115,7 @@ def _data_dir_commands() -> list[list[str]]:
     """Every ``fedcure`` sub-command (and sub-sub-command) that takes ``--data-dir``, with the
     arguments it requires besides it."""
     required = {"launch": ["--edges", "1", "--clients", "1", "--out", "o"],
+                "testbed": ["--out", "o"],
                 "experiment": ["formation", "--out", "o"]}
     found: list[list[str]] = []
 
@@ -131,7 +132,8 @@ def _data_dir_commands() -> list[list[str]]:
 
 
 def test_every_command_with_a_data_dir_is_covered():
-    assert {c[0] for c in _data_dir_commands()} == {"data", "simulate", "launch", "experiment"}
+    assert {c[0] for c in _data_dir_commands()} == {"data", "simulate", "launch", "testbed",
+                                                    "experiment"}
 
 
 @pytest.mark.parametrize("argv", _data_dir_commands(), ids=lambda a: " ".join(a[:2]))
@@ -197,7 +199,7 @@ def test_a_role_failing_at_start_is_one_line_with_its_reason(capsys, in_tmp, mon
     one line quoting the role's own last log line, its exit code, and no traceback."""
     from fedcure_app.cli import launch
 
-    def fail(cfg, args, out, roles):
+    def fail(cfg, args, out, roles, site=None):
         raise RuntimeError("cloud exited with code 2 at start; its log ends with:\n"
                            "12:00:00 INFO fedcure.cloud: starting\n"
                            "fedcure-cloud: error: --listen expects HOST:PORT")

@@ -73,6 +73,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--edges", type=int, required=True, help="edge servers (coalitions)")
     p.add_argument("--clients", type=int, required=True, help="client processes")
+    add_run_options(p)
+    p.add_argument("--cpufreq", choices=["emulate", "sysfs", "off"], default="emulate",
+                   help="how clients apply frequency directives (default emulate)")
+    p.add_argument("--tls-dir", help="folder from `fedcure certs` (ca.crt, server.crt/key): "
+                   "TLS everywhere instead of plaintext")
+    p.add_argument("--supernode-auth", action="store_true",
+                   help="edges admit only the SuperNodes of their assigned clients (Flower "
+                        "SuperNode authentication; needs --tls-dir)")
+    p.add_argument("--dashboard", default=DEFAULT_DASHBOARD, metavar="HOST:PORT",
+                   help="the cloud's live view (web page and Prometheus /metrics); default "
+                        f"{DEFAULT_DASHBOARD}, or the next free port above it (port 0: any "
+                        "free port); another address than loopback needs --dashboard-token")
+    p.add_argument("--dashboard-token", default=os.environ.get("FEDCURE_DASHBOARD_TOKEN", ""),
+                   help="secret the live view asks of every request (default "
+                        "$FEDCURE_DASHBOARD_TOKEN)")
+    p.add_argument("--no-dashboard", action="store_true", help="no live view")
+    config_defaults_help(p, _OPTIONS)
+    p.set_defaults(func=run)
+
+
+def add_run_options(p: argparse.ArgumentParser) -> None:
+    """The options ``fedcure launch`` shares with ``fedcure testbed``: the run's configuration,
+    ``--out``, the token, timeouts, threads, progress."""
     p.add_argument("--rounds", type=int, help="global rounds")
     p.add_argument("--dataset", choices=["digits", "mnist", "cifar10", "svhn", "cinic10"])
     p.add_argument("--data-dir", help="directory holding the dataset files "
@@ -96,15 +119,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="evaluate the global model every N global rounds (default: about "
                    f"{LAUNCH_EVALUATIONS} times a run, ⌈rounds/{LAUNCH_EVALUATIONS}⌉)")
     p.add_argument("--seed", type=int)
-    p.add_argument("--cpufreq", choices=["emulate", "sysfs", "off"], default="emulate",
-                   help="how clients apply frequency directives (default emulate)")
     p.add_argument("--token", default=os.environ.get("FEDCURE_TOKEN", ""),
                    help="shared secret for every role (default $FEDCURE_TOKEN)")
-    p.add_argument("--tls-dir", help="folder from `fedcure certs` (ca.crt, server.crt/key): "
-                   "TLS everywhere instead of plaintext")
-    p.add_argument("--supernode-auth", action="store_true",
-                   help="edges admit only the SuperNodes of their assigned clients (Flower "
-                        "SuperNode authentication; needs --tls-dir)")
     p.add_argument("--timeout", type=float, default=0.0,
                    help="stop everything after this many seconds (0: no limit)")
     p.add_argument("--register-timeout", type=float, default=300.0,
@@ -120,16 +136,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="torch threads per ClientApp (OMP_NUM_THREADS; default 1: many "
                         "clients share this host)")
     p.add_argument("--no-progress", action="store_true", help="no live progress bar")
-    p.add_argument("--dashboard", default=DEFAULT_DASHBOARD, metavar="HOST:PORT",
-                   help="the cloud's live view (web page and Prometheus /metrics); default "
-                        f"{DEFAULT_DASHBOARD}, or the next free port above it (port 0: any "
-                        "free port); another address than loopback needs --dashboard-token")
-    p.add_argument("--dashboard-token", default=os.environ.get("FEDCURE_DASHBOARD_TOKEN", ""),
-                   help="secret the live view asks of every request (default "
-                        "$FEDCURE_DASHBOARD_TOKEN)")
-    p.add_argument("--no-dashboard", action="store_true", help="no live view")
-    config_defaults_help(p, _OPTIONS)
-    p.set_defaults(func=run)
 
 
 def config_from_args(args: argparse.Namespace) -> FedCureConfig:
@@ -160,12 +166,13 @@ def check_inputs(args: argparse.Namespace, cfg: FedCureConfig) -> None:
     at_least(args, "timeout", 0)
     at_least(args, "register_timeout", 0, strict=True)
     at_least(args, "edge_timeout", 0)
-    if getattr(args, "supernode_auth", False) and not args.tls_dir:
+    tls_dir = getattr(args, "tls_dir", None)
+    if getattr(args, "supernode_auth", False) and not tls_dir:
         raise UsageError("--supernode-auth needs --tls-dir (Flower authenticates SuperNodes "
                          "only over TLS); make one with `fedcure certs`")
-    if args.tls_dir:
+    if tls_dir:
         try:
-            _security_flags(args.tls_dir, "edge")
+            _security_flags(tls_dir, "edge")
         except FileNotFoundError as err:
             raise UsageError(str(err)) from None
     if not getattr(args, "no_dashboard", True):
@@ -201,6 +208,49 @@ def dashboard_address(address: str) -> str:
             return f"{fmt}:{p}"
     raise RuntimeError(f"--dashboard {address}: no free port in {port}-"
                        f"{port + DASHBOARD_PORT_TRIES - 1}; pass another or --no-dashboard")
+
+
+class Site:
+    """Where a deployment's roles run; this one: every role on 127.0.0.1 of this machine
+    (``fedcure launch``). ``fedcure testbed`` (:mod:`fedcure_app.cli.testbed`) puts each role in
+    a network namespace of its own instead, overriding these hooks."""
+
+    #: the command's name, in messages and the summary's title
+    command = "launch"
+
+    def setup(self, cfg: FedCureConfig, out: Path) -> FedCureConfig:
+        """Prepare the site before any role starts; returns the configuration the roles use."""
+        return cfg
+
+    def host(self, role: str) -> str:
+        """The address ``role`` (``cloud``, ``edge<m>``) listens on."""
+        return "127.0.0.1"
+
+    def wrap(self, role: str, argv: list[str]) -> list[str]:
+        """``role``'s command line as started (``client<i>`` too)."""
+        return argv
+
+    def client_args(self, index: int) -> list[str]:
+        """Extra ``fedcure-client`` options of client ``index``."""
+        return []
+
+    def port_open(self, role: str, host: str, port: int) -> bool:
+        """Whether ``role``'s ``host:port`` accepts connections."""
+        from fedcure_app.processes import port_open
+
+        return port_open(host, port)
+
+    def status_poller(self, address: str, tls_dir: str | None) -> Any:
+        """A callable returning the cloud's ``Monitor.Status`` (None while unreachable), with
+        ``close()``."""
+        return StatusPoller(address, tls_dir)
+
+    def teardown(self) -> None:
+        """Undo :meth:`setup` after every role has stopped (also on error and Ctrl-C)."""
+
+    def record(self) -> dict[str, Any]:
+        """What the site adds to the run's record (``<command>.json``)."""
+        return {}
 
 
 @dataclass
@@ -240,9 +290,10 @@ def _security_flags(tls_dir: str | None, role: str) -> list[str]:
     return ["--tls-ca", str(d / "ca.crt")]
 
 
-def start_roles(cfg: FedCureConfig, args: argparse.Namespace, out: Path, roles: Roles
-                ) -> dict[str, Any]:
-    """Start cloud, edges and clients (in that order); return the launch record."""
+def start_roles(cfg: FedCureConfig, args: argparse.Namespace, out: Path, roles: Roles,
+                site: Site | None = None) -> dict[str, Any]:
+    """Start cloud, edges and clients (in that order) where ``site`` says (default: all on
+    127.0.0.1); return the launch record."""
     from fedcure_app.processes import Child, free_port, free_ports
 
     logs, work = out / "logs", out / "work"
@@ -254,17 +305,19 @@ def start_roles(cfg: FedCureConfig, args: argparse.Namespace, out: Path, roles: 
     py = sys.executable
     token = ["--token", args.token] if args.token else []
     auth = ["--supernode-auth"] if getattr(args, "supernode_auth", False) else []
-    if auth and not args.tls_dir:
+    if auth and not tls_dir:
         raise ValueError("--supernode-auth needs --tls-dir (Flower authenticates SuperNodes "
                          "only over TLS); make one with `fedcure certs`")
+    site = site or Site()
+    tls_dir = getattr(args, "tls_dir", None)
     m, n = cfg.federation.num_edges, cfg.federation.num_clients
     cloud_port = free_port()
-    cloud_addr = f"127.0.0.1:{cloud_port}"
+    cloud_addr = f"{site.host('cloud')}:{cloud_port}"
     record: dict[str, Any] = {"cloud": cloud_addr, "edges": {}, "clients": {}}
     argv = [py, "-m", "cloud_server.cli", "--listen", cloud_addr, "--expected-clients", str(n),
             "--edges", str(m), "--rounds", str(cfg.run.global_rounds), "--config",
             str(config_file), "--out", str(out), "--register-timeout",
-            str(args.register_timeout), *token, *_security_flags(args.tls_dir, "cloud")]
+            str(args.register_timeout), *token, *_security_flags(tls_dir, "cloud")]
     cloud_env = env
     if not getattr(args, "no_dashboard", True):
         dash = dashboard_address(args.dashboard)
@@ -272,24 +325,28 @@ def start_roles(cfg: FedCureConfig, args: argparse.Namespace, out: Path, roles: 
         # the token through the environment, not the command line others can read
         cloud_env = dict(env, FEDCURE_DASHBOARD_TOKEN=args.dashboard_token)
         record["dashboard"] = f"http://{dash}/"
-    roles.cloud = Child("cloud", argv, log_path=logs / "cloud.log", env=cloud_env)
+    roles.cloud = Child("cloud", site.wrap("cloud", argv), log_path=logs / "cloud.log",
+                        env=cloud_env)
     record["pids"] = {"cloud": roles.cloud.pid}
-    _wait_listening(roles.cloud, "127.0.0.1", cloud_port)
+    _wait_listening(roles.cloud, site, site.host("cloud"), cloud_port)
     for e, port in enumerate(free_ports(m)):
+        host = site.host(f"edge{e}")
         argv = [py, "-m", "edge_server.cli", "--cloud", cloud_addr, "--edge-id", str(e),
-                "--listen", f"127.0.0.1:{port}", "--work-dir", str(work / f"edge{e}"),
+                "--listen", f"{host}:{port}", "--work-dir", str(work / f"edge{e}"),
                 "--edge-timeout", str(getattr(args, "edge_timeout", 0.0)), *token,
-                *_security_flags(args.tls_dir, "edge"), *auth]
-        child = Child(f"edge{e}", argv, log_path=logs / f"edge{e}.log", env=env)
+                *_security_flags(tls_dir, "edge"), *auth]
+        child = Child(f"edge{e}", site.wrap(f"edge{e}", argv), log_path=logs / f"edge{e}.log",
+                      env=env)
         roles.edges.append(child)
-        record["edges"][e] = f"127.0.0.1:{port}"
+        record["edges"][e] = f"{host}:{port}"
         record["pids"][f"edge{e}"] = child.pid
     for i in range(n):
         argv = [py, "-m", "client.cli", "--cloud", cloud_addr, "--name", f"client-{i}",
                 "--partition-id", str(i), "--num-partitions", str(n), "--cpufreq", args.cpufreq,
                 "--work-dir", str(work / f"client{i}"), *token,
-                *_security_flags(args.tls_dir, "client"), *auth]
-        child = Child(f"client{i}", argv, log_path=logs / f"client{i}.log", env=env)
+                *_security_flags(tls_dir, "client"), *auth, *site.client_args(i)]
+        child = Child(f"client{i}", site.wrap(f"client{i}", argv),
+                      log_path=logs / f"client{i}.log", env=env)
         roles.clients.append(child)
         record["pids"][f"client{i}"] = child.pid
         record["clients"][i] = {"name": f"client-{i}", "partition": i,
@@ -298,15 +355,14 @@ def start_roles(cfg: FedCureConfig, args: argparse.Namespace, out: Path, roles: 
     return record
 
 
-def _wait_listening(child: Any, host: str, port: int, timeout_s: float = 120.0) -> None:
-    from fedcure_app.processes import port_open
-
+def _wait_listening(child: Any, site: Site, host: str, port: int,
+                    timeout_s: float = 120.0) -> None:
     end = time.monotonic() + timeout_s
     while time.monotonic() < end:
         if child.poll() is not None:
             raise RuntimeError(f"{child.name} exited with code {child.proc.returncode} at start;"
                                f" its log ends with:\n{child.tail()}")
-        if port_open(host, port):
+        if site.port_open(child.name, host, port):
             return
         time.sleep(0.1)
     raise RuntimeError(f"{child.name} did not listen on {host}:{port} within {timeout_s:.0f} s")
@@ -420,10 +476,10 @@ def progress_text(progress: Any) -> str:
     return " | ".join(parts)
 
 
-def _summary(result: dict[str, Any]) -> Any:
+def _summary(result: dict[str, Any], command: str = "launch") -> Any:
     from rich.table import Table
 
-    t = Table(title="FedCure deployment (fedcure launch)", show_header=False)
+    t = Table(title=f"FedCure deployment (fedcure {command})", show_header=False)
     acc, best = result.get("final_accuracy"), result.get("best_accuracy")
     t.add_row("rounds", str(result.get("rounds")))
     t.add_row("final accuracy", "-" if acc is None else f"{100 * acc:.2f} %")
@@ -437,9 +493,13 @@ def _summary(result: dict[str, Any]) -> Any:
     return t
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, site: Site | None = None) -> int:
+    """Run a deployment where ``site`` says (default: ``fedcure launch``, all on 127.0.0.1);
+    ``site.setup`` runs after the checks, ``site.teardown`` after every role stopped, also on
+    error and Ctrl-C."""
     from rich.console import Console
 
+    site = site or Site()
     cfg = config_from_args(args)
     check_inputs(args, cfg)
     out = Path(args.out).resolve()
@@ -461,7 +521,8 @@ def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     try:
         try:
-            record = start_roles(cfg, args, out, roles)
+            cfg = site.setup(cfg, out)
+            record = start_roles(cfg, args, out, roles, site)
         except RuntimeError as err:  # a role failed at start: its log's last line says why
             reason = str(err).splitlines()[0].rstrip(":; ")
             last = [ln for ln in str(err).splitlines()[1:] if ln.strip()]
@@ -469,7 +530,7 @@ def run(args: argparse.Namespace) -> int:
                 reason = reason.replace(" at start; its log ends with", " at start") + \
                     f": {last[-1].strip()}"
             code = 2 if "exited with code 2" in reason else 1
-            return _report_failure(out, reason, code, tail="")
+            return _report_failure(out, reason, code, tail="", command=site.command)
         console.print(f"cloud {record['cloud']}, {len(roles.edges)} edges, "
                       f"{len(roles.clients)} clients started; logs in {out / 'logs'}")
         if record.get("dashboard"):
@@ -477,7 +538,7 @@ def run(args: argparse.Namespace) -> int:
                           + ("  (add ?token=… or send Authorization: Bearer …)"
                              if args.dashboard_token else "")
                           + f"; Prometheus: {record['dashboard']}metrics")
-        status = StatusPoller(record["cloud"], args.tls_dir)
+        status = site.status_poller(record["cloud"], getattr(args, "tls_dir", None))
         code, reason = supervise(roles, status, cfg.run.global_rounds, args, stop,
                                  result_path=out / "result.json")
         if code == 0:
@@ -490,30 +551,35 @@ def run(args: argparse.Namespace) -> int:
         if status is not None:
             status.close()
         roles.stop()
+        site.teardown()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         record["exit_codes"] = {c.name: c.proc.returncode for c in roles.all()}
         record["wall_seconds"] = time.monotonic() - started
         record["reason"] = reason
-        (out / "launch.json").write_text(json.dumps(record, indent=1, default=str))
+        record.update(site.record())
+        (out / f"{site.command}.json").write_text(json.dumps(record, indent=1, default=str))
     failed = {k: v for k, v in record["exit_codes"].items() if v not in (0, None)}
     result_path = out / "result.json"
     if code == 0 and result_path.is_file():
-        console.print(_summary(json.loads(result_path.read_text())))
+        console.print(_summary(json.loads(result_path.read_text()), site.command))
         if failed:
             console.print(f"[yellow]roles that exited with an error: {failed} "
                           f"(see {out / 'logs'})")
         console.print(f"results in {out}")
         return 0
     tail = roles.cloud.tail() if roles.cloud is not None else ""
-    return _report_failure(out, reason, code, tail if code not in (0, 130) else "")
+    return _report_failure(out, reason, code, tail if code not in (0, 130) else "",
+                           command=site.command)
 
 
-def _report_failure(out: Path, reason: str, code: int, tail: str) -> int:
-    """Print why the launch failed (one line, then the cloud log's tail if any); the exit code."""
-    print(f"fedcure launch: error: {reason}; logs in {out / 'logs'}"
+def _report_failure(out: Path, reason: str, code: int, tail: str,
+                    command: str = "launch") -> int:
+    """Print why the run failed (one line, then the cloud log's tail if any); the exit code."""
+    print(f"fedcure {command}: error: {reason}; logs in {out / 'logs'}"
           + (f"\ncloud log ends with:\n{tail}" if tail else ""), file=sys.stderr)
     return code if code else 1
 
 
-__all__ = ["config_from_args", "register", "run", "start_roles", "status_text"]
+__all__ = ["Site", "add_run_options", "config_from_args", "register", "run", "start_roles",
+           "status_text"]

@@ -189,3 +189,58 @@ def test_a_loopback_view_refuses_foreign_host_names(running):
     _, _, _, live = running
     assert get(live.url, {"Host": "attacker.example:8080"})[0] == 403
     assert get(live.url, {"Host": f"localhost:{live.port}"})[0] == 200
+
+
+def test_launch_refuses_an_exposed_view_without_a_token_before_starting_anything(tmp_path,
+                                                                                 capsys):
+    from fedcure_app.cli import main
+
+    out = tmp_path / "run"
+    code = main(["launch", "--edges", "1", "--clients", "1", "--out", str(out),
+                 "--dashboard", "0.0.0.0:8080", "--no-progress"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "--dashboard-token" in err[0], err
+    assert not (out / "logs").exists()
+
+
+def test_launch_moves_a_busy_dashboard_port_to_the_next_free_one():
+    import socket
+
+    from fedcure_app.cli.launch import dashboard_address
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        host, _, got = dashboard_address(f"127.0.0.1:{port}").rpartition(":")
+        assert host == "127.0.0.1" and port < int(got) < port + 20
+    assert int(dashboard_address("127.0.0.1:0").rpartition(":")[2]) > 0
+
+
+def test_the_view_serves_https_with_the_cloud_certificate(running, tmp_path):
+    import ssl
+
+    from fedcure_app.cli import main
+
+    server, _, _, _ = running
+    certs = tmp_path / "certs"
+    assert main(["certs", "--out", str(certs), "--hosts", "localhost,127.0.0.1"]) == 0
+    live = LiveServer(lambda: live_state(server.service.controller), "127.0.0.1", 0,
+                      token="https-token", tls=(str(certs / "server.crt"),
+                                                str(certs / "server.key")))
+    live.start()
+    try:
+        assert live.url.startswith("https://")
+        ctx = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+        req = urllib.request.Request(live.url + "api/state",
+                                     headers={"Authorization": "Bearer https-token"})
+        with urllib.request.urlopen(req, timeout=5, context=ctx) as resp:
+            assert json.loads(resp.read())["phase"] == "training"
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(live.url + "metrics", timeout=5, context=ctx)
+        assert refused.value.code == 401
+        # plain HTTP is not answered
+        with pytest.raises((urllib.error.URLError, http.client.HTTPException, OSError)):
+            urllib.request.urlopen(live.url.replace("https", "http") + "metrics", timeout=5)
+    finally:
+        live.stop()
