@@ -59,7 +59,7 @@ log = logging.getLogger("fedcure.client")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from fedcure_app.cli.errors import HelpFormatter
+    from fedcure_app.errors import HelpFormatter
 
     p = argparse.ArgumentParser(prog=PROG, description="FedCure client: register with the "
                                 "cloud, then run a Flower SuperNode to the assigned edge server.",

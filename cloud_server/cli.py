@@ -33,7 +33,7 @@ ENFORCE_TLS = True
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from fedcure_app.cli.errors import HelpFormatter
+    from fedcure_app.errors import HelpFormatter
 
     p = argparse.ArgumentParser(prog=PROG, description="FedCure cloud server (gRPC).",
                                 formatter_class=HelpFormatter)

@@ -37,7 +37,7 @@ log = logging.getLogger("fedcure.edge")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from fedcure_app.cli.errors import HelpFormatter
+    from fedcure_app.errors import HelpFormatter
 
     p = argparse.ArgumentParser(prog=PROG, description="FedCure edge server: a Flower SuperLink "
                                 "for its clients plus the edge ServerApp linked to the cloud.",

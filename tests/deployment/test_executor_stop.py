@@ -1,6 +1,7 @@
 """The warm client's executor ends promptly on SIGTERM: with its SuperNode unreachable (Flower's
 retry invoker would retry forever) and with its trainer inside a long ClientApp call, so that
-``fedcure-client`` (3 s grace) and ``docker compose down`` (10 s) never have to kill it."""
+``fedcure-client`` (``CHILD_STOP_GRACE_S``) and ``docker compose down`` (10 s) never have to
+kill it."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from client.cli import CHILD_STOP_GRACE_S
 from client.executor import Stopping, Trainer, stoppable_retries, write_secret
 
 #: a trainer that answers "ready", then never answers a message (a ClientApp call that lasts)
@@ -87,8 +89,8 @@ def _hang_up_server() -> tuple[socket.socket, int]:
 
 def test_the_executor_exits_cleanly_on_sigterm_with_its_supernode_gone(tmp_path: Path):
     """The Runtime API hangs up, then stops listening (the SuperNode went away): the executor,
-    retrying it with Flower's back-off, still exits with code 0 within 3 s of SIGTERM, and its
-    trainer too."""
+    retrying it with Flower's back-off, still exits with code 0 within the grace its client
+    gives it (about a second when the machine is idle), and its trainer too."""
     secret = write_secret(tmp_path / "work" / "superexec.secret")
     server, port = _hang_up_server()
     proc = subprocess.Popen(
@@ -120,7 +122,7 @@ def test_the_executor_exits_cleanly_on_sigterm_with_its_supernode_gone(tmp_path:
             proc.kill()
             proc.wait(5)
     assert code == 0, "".join(lines)
-    assert took < 3.0, f"took {took:.1f} s"
+    assert took < CHILD_STOP_GRACE_S, f"took {took:.1f} s"
     assert "Traceback" not in "".join(lines)
     trainer_pid = next(int(x.split("pid ")[1].split(")")[0]) for x in lines if "ready" in x)
     time.sleep(0.2)
