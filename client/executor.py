@@ -59,6 +59,9 @@ log = logging.getLogger("fedcure.client.executor")
 CLIENTAPP = "fedcure_app.client_app:app"
 #: Runtime API methods signed with the shared secret (as Flower's SuperExec signs them)
 SIGNED_METHODS = frozenset({"/flwr.proto.Runtime/AcquireTask"})
+#: seconds into a task before its first heartbeat (Flower's SuperNode expires a task after
+#: 2 missed 30 s heartbeats; acquiring it counts as the first)
+HEARTBEAT_DELAY_S = 10.0
 
 
 class ExecutorError(RuntimeError):
@@ -234,10 +237,14 @@ def run_task(address: str, token: str, task_id: int, trainer: Trainer,
         RuntimeVersionHttpInterceptor(component_name="flwr-clientapp"),
         RuntimeTokenHttpInterceptor(token)])
     heartbeat = HeartbeatSender(make_task_heartbeat_fn_http(client))
+    # the first heartbeat only for a task that runs long: taking the task counts as one, and the
+    # SuperNode waits 2 x 30 s for the next; a short task saves a request and a thread
+    beat = threading.Timer(HEARTBEAT_DELAY_S, heartbeat.start)
+    beat.daemon = True
     message = context = reply = None
     sub_status, details = SubStatus.FAILED, "ClientApp task failed due to unknown reason"
     try:
-        heartbeat.start()
+        beat.start()
         message, context, _run, fab = pull_task_input(client)
         mid = message.metadata.message_id
         trace("exe.acquired", mid, t=acquired_at or started)
@@ -271,6 +278,8 @@ def run_task(address: str, token: str, task_id: int, trainer: Trainer,
             sub_status = SubStatus.FAILED
         push_task_output(client=client, context=context, sub_status=sub_status,
                          details=details)
+        beat.cancel()
+        beat.join()
         if heartbeat.is_running:
             heartbeat.stop()
         client.close()
@@ -280,8 +289,10 @@ def run_task(address: str, token: str, task_id: int, trainer: Trainer,
 
 
 def serve(address: str, secret: bytes, stop: threading.Event, cfg: Any,
-          trainer: Trainer) -> None:
-    """Ask the SuperNode for ClientApp tasks until ``stop`` is set, running each."""
+          trainer: Trainer, waker: Any = None) -> None:
+    """Ask the SuperNode for ClientApp tasks until ``stop`` is set, running each. Between empty
+    asks it waits its back-off, or less when ``waker`` (a :class:`client.wake.WakeReader`)
+    hears the SuperNode pull a message."""
     import httpx
     from flwr.proto.runtime_pb2 import AcquireTaskRequest  # pylint: disable=E0611
     from flwr.supercore.constant import TaskType
@@ -312,7 +323,11 @@ def serve(address: str, secret: bytes, stop: threading.Event, cfg: Any,
                     except TrainerDied as err:
                         log.warning("%s; trying again with the next message", err)
                 continue
-            stop.wait(wait)
+            if waker is not None and waker.wait(wait):
+                wait = cfg.executor_poll_min_s  # a message arrived: ask now
+                continue
+            if waker is None:
+                stop.wait(wait)
             wait = min(cfg.executor_poll_max_s, wait * 2)
     finally:
         client.close()
@@ -403,7 +418,14 @@ def main(argv: list[str] | None = None) -> int:
                                                                stop)
         if address is None or not wait_for_listener(address, stop):
             return 0  # stopped before the SuperNode existed
-        serve(address, secret, stop, cfg, trainer)
+        from client.wake import reader_from_env
+
+        waker = reader_from_env()
+        try:
+            serve(address, secret, stop, cfg, trainer, waker)
+        finally:
+            if waker is not None:
+                waker.close()
     except (ExecutorError, TrainerDied) as err:
         print(f"client.executor: error: {err}", file=sys.stderr)
         return 1

@@ -122,8 +122,9 @@ def check_flower(module: ModuleType | None = None, version: str | None = None) -
     return problems
 
 
-def install(clock: IdleClock, module: ModuleType | None = None) -> bool:
-    """Put ``clock`` into Flower's SuperNode loop; False (and a warning) when Flower differs."""
+def install(clock: IdleClock, module: ModuleType | None = None, waker: Any = None) -> bool:
+    """Put ``clock`` into Flower's SuperNode loop; False (and a warning) when Flower differs.
+    ``waker`` (a :class:`client.wake.WakeWriter`) hears of every message pulled."""
     if module is None:
         from flwr.supernode import start_client_internal as module  # type: ignore[no-redef]
     problems = check_flower(module)
@@ -137,6 +138,8 @@ def install(clock: IdleClock, module: ModuleType | None = None) -> bool:
         run_id = pull(*args, **kwargs)
         if run_id is not None:
             clock.pulled()
+            if waker is not None:  # the message and its objects are in: the executor may ask
+                waker.notify()
         return run_id
 
     module._pull_and_store_message = pull_and_reset
@@ -183,8 +186,10 @@ def main(argv: list[str] | None = None) -> None:
 
     set_role("supernode")
     trace_flower_log()  # FEDCURE_TRACE_DIR: Flower's receive/send log lines become events
+    from client.wake import writer_from_env
+
     clock = clock_from_env()
-    if install(clock):
+    if install(clock, waker=writer_from_env()):
         log.info("SuperNode idle wait %.3g..%.3g s, reply poll %.3g s (Flower's: 3 s, 0.5 s)",
                  clock.idle_min_s, clock.idle_max_s, clock.reply_poll_s)
     from flwr.supernode.cli.flower_supernode import flower_supernode
