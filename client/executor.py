@@ -62,6 +62,8 @@ SIGNED_METHODS = frozenset({"/flwr.proto.Runtime/AcquireTask"})
 #: seconds into a task before its first heartbeat (Flower's SuperNode expires a task after
 #: 2 missed 30 s heartbeats; acquiring it counts as the first)
 HEARTBEAT_DELAY_S = 10.0
+#: the longest wait between task requests when the SuperNode wakes the executor (seconds)
+WAKE_FALLBACK_S = 1.0
 
 
 class ExecutorError(RuntimeError):
@@ -305,6 +307,9 @@ def serve(address: str, secret: bytes, stop: threading.Event, cfg: Any,
         RuntimeVersionHttpInterceptor(component_name="SuperExec"),
         SuperExecAuthHttpInterceptor(master_secret=secret, protected_methods=SIGNED_METHODS)])
     wait = cfg.executor_poll_min_s
+    # woken on arrival, the poll is only the fallback: back off further (fewer idle requests)
+    longest = max(cfg.executor_poll_max_s, WAKE_FALLBACK_S) if waker is not None \
+        else cfg.executor_poll_max_s
     try:
         while not stop.is_set():
             try:
@@ -328,7 +333,7 @@ def serve(address: str, secret: bytes, stop: threading.Event, cfg: Any,
                 continue
             if waker is None:
                 stop.wait(wait)
-            wait = min(cfg.executor_poll_max_s, wait * 2)
+            wait = min(longest, wait * 2)
     finally:
         client.close()
 

@@ -23,7 +23,8 @@ it registers, while it does not know its edge's address yet, so the seconds Flow
 do not land in the first task.
 
 Settings come from the environment (seconds): ``FEDCURE_SUPERNODE_IDLE_MIN_S`` (default
-0.01), ``FEDCURE_SUPERNODE_IDLE_MAX_S`` (0.2), ``FEDCURE_SUPERNODE_REPLY_POLL_S`` (0.01); see
+0.01), ``FEDCURE_SUPERNODE_IDLE_MAX_S`` (0.2), ``FEDCURE_SUPERNODE_REPLY_POLL_S`` (0.01),
+``FEDCURE_SUPERNODE_HOT_S`` (2) and ``FEDCURE_SUPERNODE_HOT_MAX_S`` (0.04); see
 :class:`fedcure_app.config.WarmClientConfig` for their ranges.
 """
 
@@ -55,16 +56,26 @@ class IdleClock:
     ``sleep(3)`` (nothing pulled) waits the current back-off, which doubles from ``idle_min_s``
     to ``idle_max_s``; :meth:`pulled` (a message arrived) resets it. ``sleep(0.5)`` (waiting for
     the ClientApp's reply) waits ``reply_poll_s``. Other sleeps and attributes are the real
-    ``time`` module's.
+    ``time`` module's. Within ``hot_s`` seconds of the last pulled message the idle waits stay at
+    most ``hot_max_s`` (an edge round's next message comes a moment after the slowest client's
+    reply; Flower 1.41's Fleet API cannot wait for it, so the SuperNode asks more often while
+    rounds are under way, and backs off once they stop).
     """
 
     def __init__(self, idle_min_s: float, idle_max_s: float, reply_poll_s: float,
-                 sleep: Any = _time.sleep) -> None:
+                 sleep: Any = _time.sleep, *, hot_s: float = 0.0, hot_max_s: float = 0.04,
+                 clock: Any = _time.monotonic) -> None:
         if not 0 < idle_min_s <= idle_max_s:
             raise ValueError(f"need 0 < idle_min_s <= idle_max_s, got {idle_min_s}, "
                              f"{idle_max_s}")
         if reply_poll_s <= 0:
             raise ValueError(f"reply_poll_s must be > 0, got {reply_poll_s}")
+        if hot_s < 0 or hot_max_s <= 0:
+            raise ValueError(f"need hot_s >= 0 and hot_max_s > 0, got {hot_s}, {hot_max_s}")
+        self.hot_s = hot_s
+        self.hot_max_s = hot_max_s
+        self._clock = clock
+        self._last_pull = -float("inf")
         self.idle_min_s = idle_min_s
         self.idle_max_s = idle_max_s
         self.reply_poll_s = reply_poll_s
@@ -76,11 +87,14 @@ class IdleClock:
         """A message was pulled: the next idle waits start short again."""
         with self._lock:
             self._next = self.idle_min_s
+            self._last_pull = self._clock()
 
     def next_idle_s(self) -> float:
         """The wait the next idle sleep takes (and double the one after)."""
         with self._lock:
             wait = self._next
+            if self._clock() - self._last_pull < self.hot_s:
+                wait = min(wait, self.hot_max_s)
             self._next = min(self.idle_max_s, self._next * 2)
             return wait
 
@@ -157,7 +171,8 @@ def clock_from_env(env: dict[str, str] | None = None) -> IdleClock:
     env = dict(os.environ if env is None else env)
     cfg = WarmClientConfig.from_env(env)
     return IdleClock(cfg.supernode_idle_min_s, cfg.supernode_idle_max_s,
-                     cfg.supernode_reply_poll_s)
+                     cfg.supernode_reply_poll_s, hot_s=cfg.supernode_hot_s,
+                     hot_max_s=cfg.supernode_hot_max_s)
 
 
 def read_argv_file(path: str, poll_s: float = 0.02) -> list[str]:
