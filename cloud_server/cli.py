@@ -81,7 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     live = p.add_argument_group("live view (a web page and Prometheus /metrics)")
     live.add_argument("--dashboard", metavar="HOST:PORT",
                       help="serve the live page and /metrics here (loopback, e.g. "
-                           "127.0.0.1:8080; any other address needs --dashboard-token)")
+                           "127.0.0.1:8080; any other address needs --dashboard-token); "
+                           "HTTPS with --tls-cert/--tls-key")
     live.add_argument("--dashboard-token",
                       default=os.environ.get("FEDCURE_DASHBOARD_TOKEN", ""),
                       help="secret every request to the live view must carry (Authorization: "
@@ -183,7 +184,9 @@ async def _run(args: argparse.Namespace, cfg: Any, evaluator: Any, credentials: 
 
         host, port = check_bind(args.dashboard, args.dashboard_token)
         try:
-            dashboard = start_dashboard(service.controller, host, port, args.dashboard_token)
+            tls = (args.tls_cert, args.tls_key) if args.tls_cert and args.tls_key else None
+            dashboard = start_dashboard(service.controller, host, port, args.dashboard_token,
+                                        tls=tls)
         except OSError as err:
             raise DashboardBindError(f"--dashboard {args.dashboard}: cannot listen there "
                                      f"({err.strerror or err})") from None

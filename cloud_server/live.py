@@ -33,11 +33,12 @@ def live_state(controller: Any) -> LiveState:
 
 
 def start_dashboard(controller: Any, host: str, port: int, token: str = "",
-                    interval_s: float = 1.0) -> LiveServer:
+                    interval_s: float = 1.0, tls: tuple[str, str] | None = None
+                    ) -> LiveServer:
     """Serve the live view of ``controller`` on ``host:port`` (started; raises ``OSError``
-    when the address cannot be bound)."""
+    when the address cannot be bound). ``tls``: (certificate, key) PEM files: HTTPS."""
     server = LiveServer(lambda: live_state(controller), host, port, token=token,
-                        interval_s=interval_s)
+                        interval_s=interval_s, tls=tls)
     server.start()
     return server
 

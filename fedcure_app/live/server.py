@@ -101,13 +101,13 @@ class LiveServer:
     """The live view of ``source()`` on ``host:port`` (see the module docstring).
 
     ``interval_s``: shortest time between two events of one stream; ``token``: required on
-    every request when set. ``start()`` binds (port 0: any free port) and returns the port;
+    every request when set; ``tls``: (certificate, key) PEM files to serve HTTPS with. ``start()`` binds (port 0: any free port) and returns the port;
     ``stop()`` ends every stream and closes the socket.
     """
 
     def __init__(self, source: Callable[[], LiveState], host: str = "127.0.0.1",
                  port: int = 8080, *, token: str = "", interval_s: float = 1.0,
-                 title: str = "FedCure") -> None:
+                 title: str = "FedCure", tls: tuple[str, str] | None = None) -> None:
         if not interval_s > 0:
             raise ValueError(f"interval must be > 0 s, got {interval_s}")
         self.source = source
@@ -115,6 +115,8 @@ class LiveServer:
         self.token = token
         self.interval_s = float(interval_s)
         self.title = title
+        #: (certificate, key) PEM files: serve HTTPS (None: plain HTTP)
+        self.tls = tls
         self._stopping = threading.Event()
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -123,7 +125,7 @@ class LiveServer:
     def url(self) -> str:
         """The page's address (without the token)."""
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}/"
+        return f"{'https' if self.tls else 'http'}://{host}:{self.port}/"
 
     def start(self) -> int:
         """Bind and serve from a daemon thread; the bound port. Raises ``OSError`` when the
@@ -136,6 +138,19 @@ class LiveServer:
         family_v6 = ":" in self.host
         cls = _Server6 if family_v6 else _Server4
         self._httpd = cls((self.host, self.port), Handler)
+        if self.tls is not None:
+            import ssl
+
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+            try:
+                ctx.load_cert_chain(*self.tls)
+            except (OSError, ssl.SSLError):
+                self._httpd.server_close()
+                raise
+            # the handshake runs in the connection's thread, not in the accepting one
+            self._httpd.socket = ctx.wrap_socket(self._httpd.socket, server_side=True,
+                                                 do_handshake_on_connect=False)
         self.port = int(self._httpd.server_address[1])
         self._thread = threading.Thread(target=self._httpd.serve_forever,
                                         kwargs={"poll_interval": 0.2},
@@ -170,6 +185,13 @@ class LiveServer:
 class _Server4(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # a client that hung up, or spoke plain HTTP to HTTPS: one debug line, no traceback
+        import sys
+
+        log.debug("live view: connection from %s failed: %s", client_address,
+                  sys.exc_info()[1])
 
 
 class _Server6(_Server4):
@@ -241,6 +263,12 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(HTTPStatus.NOT_FOUND, b"not found\n")
         except (BrokenPipeError, ConnectionResetError):
             pass
+        except Exception:  # noqa: BLE001 - one request failed; the view goes on
+            log.exception("live view: %s failed", path)
+            try:
+                self._send(HTTPStatus.INTERNAL_SERVER_ERROR, b"internal error\n")
+            except OSError:
+                pass
 
     def _refuse(self) -> None:
         self._send(HTTPStatus.METHOD_NOT_ALLOWED, b"read-only\n", extra={"Allow": "GET, HEAD"})

@@ -215,3 +215,32 @@ def test_launch_moves_a_busy_dashboard_port_to_the_next_free_one():
         host, _, got = dashboard_address(f"127.0.0.1:{port}").rpartition(":")
         assert host == "127.0.0.1" and port < int(got) < port + 20
     assert int(dashboard_address("127.0.0.1:0").rpartition(":")[2]) > 0
+
+
+def test_the_view_serves_https_with_the_cloud_certificate(running, tmp_path):
+    import ssl
+
+    from fedcure_app.cli import main
+
+    server, _, _, _ = running
+    certs = tmp_path / "certs"
+    assert main(["certs", "--out", str(certs), "--hosts", "localhost,127.0.0.1"]) == 0
+    live = LiveServer(lambda: live_state(server.service.controller), "127.0.0.1", 0,
+                      token="https-token", tls=(str(certs / "server.crt"),
+                                                str(certs / "server.key")))
+    live.start()
+    try:
+        assert live.url.startswith("https://")
+        ctx = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+        req = urllib.request.Request(live.url + "api/state",
+                                     headers={"Authorization": "Bearer https-token"})
+        with urllib.request.urlopen(req, timeout=5, context=ctx) as resp:
+            assert json.loads(resp.read())["phase"] == "training"
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(live.url + "metrics", timeout=5, context=ctx)
+        assert refused.value.code == 401
+        # plain HTTP is not answered
+        with pytest.raises((urllib.error.URLError, http.client.HTTPException, OSError)):
+            urllib.request.urlopen(live.url.replace("https", "http") + "metrics", timeout=5)
+    finally:
+        live.stop()

@@ -22,7 +22,7 @@
   }
 
   // a line/point chart: series = [{color, points: [[x, y]], dash, dots, label}]
-  function chart(svg, series, xlabel, ymin) {
+  function chart(svg, series, xlabel, ymin, yfmt) {
     while (svg.firstChild) svg.removeChild(svg.firstChild);
     const W = svg.clientWidth || 440, H = svg.clientHeight || 230, L = 48, R = 10, T = 10, B = 30;
     svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
@@ -39,7 +39,7 @@
     svg.appendChild(el("line", {x1: L, y1: T, x2: L, y2: H - B, stroke: "#d7dbe2"}));
     for (let i = 0; i <= 4; i++) {
       const y = y0 + (y1 - y0) * i / 4, x = x0 + (x1 - x0) * i / 4;
-      svg.appendChild(el("text", {x: L - 4, y: sy(y) + 4, "text-anchor": "end"}, +y.toPrecision(3)));
+      svg.appendChild(el("text", {x: L - 4, y: sy(y) + 4, "text-anchor": "end"}, yfmt ? yfmt(y) : +y.toPrecision(3)));
       svg.appendChild(el("text", {x: sx(x), y: H - B + 14, "text-anchor": "middle"}, +x.toPrecision(3)));
     }
     svg.appendChild(el("text", {x: W - R, y: H - 2, "text-anchor": "end"}, xlabel));
@@ -54,7 +54,7 @@
         s.points.forEach((p) => svg.appendChild(el("circle", {cx: sx(p[0]), cy: sy(p[1]), r: 2.6, fill: s.color})));
       }
     });
-    let lx = L + 6;
+    let lx = L + 40;
     series.filter((s) => s.label).forEach((s) => {
       svg.appendChild(el("rect", {x: lx, y: T, width: 10, height: 3, fill: s.color}));
       const t = el("text", {x: lx + 13, y: T + 5}, s.label);
@@ -142,7 +142,9 @@
     bars($("shares"), s.coalitions.map((c) => ({label: "c" + c.coalition, a: c.share, b: c.delta, color: color(c.coalition)})));
     const acc = rows.filter((r) => r.accuracy !== null).map((r) => [r.time_s, r.accuracy]);
     if (s.initial_accuracy !== null && acc.length) acc.unshift([0, s.initial_accuracy]);
-    chart($("acc"), [{color: "#4f46e5", points: acc, label: "test accuracy"}], "seconds since round 0", 0);
+    chart($("acc"), [{color: "#4f46e5", points: acc, label: "test accuracy"}],
+          (s.clock === "simulated" ? "simulated " : "") + "seconds since round 0", 0,
+          (y) => (100 * y).toFixed(0) + " %");
 
     const ct = $("clients-table").tBodies[0];
     ct.textContent = "";
