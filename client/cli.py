@@ -384,6 +384,11 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
             stale.unlink(missing_ok=True)
         env = flower_env(work / "flwr-home", warm.to_env())
         if warm.runtime == "warm":
+            from client.wake import WAKE_ENV, make_fifo
+
+            fifo = make_fifo(work / "wake.fifo")  # the SuperNode wakes the executor
+            if fifo is not None:
+                env[WAKE_ENV] = str(fifo)
             # its trainer loads torch, the model and the data, and the SuperNode imports
             # Flower, while the cloud forms coalitions: none of that lands in the first task
             executor = start_executor(work, None, env, data_file)

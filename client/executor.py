@@ -59,6 +59,11 @@ log = logging.getLogger("fedcure.client.executor")
 CLIENTAPP = "fedcure_app.client_app:app"
 #: Runtime API methods signed with the shared secret (as Flower's SuperExec signs them)
 SIGNED_METHODS = frozenset({"/flwr.proto.Runtime/AcquireTask"})
+#: seconds into a task before its first heartbeat (Flower's SuperNode expires a task after
+#: 2 missed 30 s heartbeats; acquiring it counts as the first)
+HEARTBEAT_DELAY_S = 10.0
+#: the longest wait between task requests when the SuperNode wakes the executor (seconds)
+WAKE_FALLBACK_S = 1.0
 
 
 class ExecutorError(RuntimeError):
@@ -265,10 +270,14 @@ def run_task(address: str, token: str, task_id: int, trainer: Trainer,
         RuntimeVersionHttpInterceptor(component_name="flwr-clientapp"),
         RuntimeTokenHttpInterceptor(token)], trainer.stop)
     heartbeat = HeartbeatSender(make_task_heartbeat_fn_http(client))
+    # the first heartbeat only for a task that runs long: taking the task counts as one, and the
+    # SuperNode waits 2 x 30 s for the next; a short task saves a request and a thread
+    beat = threading.Timer(HEARTBEAT_DELAY_S, heartbeat.start)
+    beat.daemon = True
     message = context = reply = None
     sub_status, details = SubStatus.FAILED, "ClientApp task failed due to unknown reason"
     try:
-        heartbeat.start()
+        beat.start()
         message, context, _run, fab = pull_task_input(client)
         mid = message.metadata.message_id
         trace("exe.acquired", mid, t=acquired_at or started)
@@ -312,6 +321,9 @@ def run_task(address: str, token: str, task_id: int, trainer: Trainer,
                 raise
             log.info("task %d: stopping; its status was not sent (%s)", task_id,
                      type(err).__name__)
+        finally:
+            beat.cancel()
+            beat.join()
         if heartbeat.is_running:
             heartbeat.stop()
         client.close()
@@ -321,8 +333,10 @@ def run_task(address: str, token: str, task_id: int, trainer: Trainer,
 
 
 def serve(address: str, secret: bytes, stop: threading.Event, cfg: Any,
-          trainer: Trainer) -> None:
-    """Ask the SuperNode for ClientApp tasks until ``stop`` is set, running each."""
+          trainer: Trainer, waker: Any = None) -> None:
+    """Ask the SuperNode for ClientApp tasks until ``stop`` is set, running each. Between empty
+    asks it waits its back-off, or less when ``waker`` (a :class:`client.wake.WakeReader`)
+    hears the SuperNode pull a message."""
     import httpx
     from flwr.proto.runtime_pb2 import AcquireTaskRequest  # pylint: disable=E0611
     from flwr.supercore.constant import TaskType
@@ -336,6 +350,9 @@ def serve(address: str, secret: bytes, stop: threading.Event, cfg: Any,
         SuperExecAuthHttpInterceptor(master_secret=secret, protected_methods=SIGNED_METHODS)],
         stop)
     wait = cfg.executor_poll_min_s
+    # woken on arrival, the poll is only the fallback: back off further (fewer idle requests)
+    longest = max(cfg.executor_poll_max_s, WAKE_FALLBACK_S) if waker is not None \
+        else cfg.executor_poll_max_s
     try:
         while not stop.is_set():
             try:
@@ -354,8 +371,12 @@ def serve(address: str, secret: bytes, stop: threading.Event, cfg: Any,
                     except TrainerDied as err:
                         log.warning("%s; trying again with the next message", err)
                 continue
-            stop.wait(wait)
-            wait = min(cfg.executor_poll_max_s, wait * 2)
+            if waker is not None and waker.wait(wait):
+                wait = cfg.executor_poll_min_s  # a message arrived: ask now
+                continue
+            if waker is None:
+                stop.wait(wait)
+            wait = min(longest, wait * 2)
     finally:
         client.close()
 
@@ -445,7 +466,14 @@ def main(argv: list[str] | None = None) -> int:
                                                                stop)
         if address is None or not wait_for_listener(address, stop):
             return 0  # stopped before the SuperNode existed
-        serve(address, secret, stop, cfg, trainer)
+        from client.wake import reader_from_env
+
+        waker = reader_from_env()
+        try:
+            serve(address, secret, stop, cfg, trainer, waker)
+        finally:
+            if waker is not None:
+                waker.close()
     except Stopping:
         pass
     except (ExecutorError, TrainerDied) as err:
