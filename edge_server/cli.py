@@ -37,8 +37,11 @@ log = logging.getLogger("fedcure.edge")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from fedcure_app.errors import HelpFormatter
+
     p = argparse.ArgumentParser(prog=PROG, description="FedCure edge server: a Flower SuperLink "
-                                "for its clients plus the edge ServerApp linked to the cloud.")
+                                "for its clients plus the edge ServerApp linked to the cloud.",
+                                formatter_class=HelpFormatter)
     p.add_argument("--cloud", required=True, metavar="HOST:PORT", help="the cloud's address")
     p.add_argument("--edge-id", required=True, type=int, metavar="M",
                    help="this edge's id (coalition index 0..M-1)")
