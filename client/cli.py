@@ -281,6 +281,9 @@ def start_supernode(argv: list[str], work: Path, env: dict[str, str], stop: thre
         stop.wait(1.0)
 
 
+#: seconds between the client's asks whether training is over (``Monitor.Status``): each ask
+#: costs the client and the cloud CPU that an edge round on the same host would use
+STATUS_EVERY_S = 2.0
 #: where ``fedcure-client`` writes the SuperNode's Runtime API address for an executor started
 #: before the SuperNode (in its work directory)
 RUNTIME_ADDRESS_FILE = "runtime-api-address"
@@ -424,6 +427,7 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
         restarts = 0
         monitor = pb_grpc.MonitorStub(channel)
         lost_since: float | None = None
+        asked_at = -float("inf")
         import grpc
 
         while not stop.is_set():
@@ -440,6 +444,10 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
                             reg.client_id, executor.proc.returncode)
                 executor.stop(grace_s=1.0)
                 executor = start_executor(work, port, env, data_file)
+            if time.monotonic() - asked_at < STATUS_EVERY_S:
+                stop.wait(0.5)
+                continue
+            asked_at = time.monotonic()
             try:
                 status = monitor.Status(pb.StatusRequest(), timeout=5.0)
                 lost_since = None
