@@ -468,7 +468,10 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
         log.info("stopping on request")
         return 0
     finally:
-        stop_children([c for c in (executor, supernode) if c is not None])
+        # asked to stop (SIGTERM: compose allows 10 s in all), or the run is over (nothing waits
+        # for this client, and a loaded machine may need longer to shut Flower's SuperNode down)
+        stop_children([c for c in (executor, supernode) if c is not None],
+                      CHILD_STOP_GRACE_S if stop.is_set() else RUN_END_GRACE_S)
         channel.close()
 
 
@@ -477,6 +480,10 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
 #: (client.executor.stoppable_retries); the SuperNode's HTTP server shuts down gracefully, which
 #: took over 3 s on a loaded 2-core machine.
 CHILD_STOP_GRACE_S = 8.0
+#: the same once the run is over and the client ends on its own (s): the SuperNode's graceful
+#: exit has taken over 8 s on a machine with a load average of 25 (its own force-exit timer is
+#: 5 s, started only once its exit handlers run); fedcure launch waits 60 s for clients to end
+RUN_END_GRACE_S = 30.0
 
 
 def stop_children(children: list[Any], grace_s: float = CHILD_STOP_GRACE_S) -> None:
