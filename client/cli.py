@@ -360,6 +360,7 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
                            tls_key=args.tls_key, insecure=args.insecure)
     supernode: Child | None = None
     executor: Child | None = None
+    reg: Any = None
     try:
         assoc = pb_grpc.AssociationStub(channel)
         reply = claim(assoc, args, name, stop)
@@ -453,6 +454,11 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
             executor.stop(grace_s=3.0)
         if supernode is not None:
             supernode.stop(grace_s=3.0)
+        if args.cpufreq == "cgroup" and reg is not None:
+            # a trainer stopped by a signal leaves its (now empty) cgroup behind
+            from fedcure_app.devices.cgroup import remove_cgroups
+
+            remove_cgroups(f"{args.cgroup_prefix}-client{reg.client_id}-")
         channel.close()
 
 
