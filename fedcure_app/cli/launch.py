@@ -305,11 +305,11 @@ def start_roles(cfg: FedCureConfig, args: argparse.Namespace, out: Path, roles: 
     py = sys.executable
     token = ["--token", args.token] if args.token else []
     auth = ["--supernode-auth"] if getattr(args, "supernode_auth", False) else []
+    tls_dir = getattr(args, "tls_dir", None)
     if auth and not tls_dir:
         raise ValueError("--supernode-auth needs --tls-dir (Flower authenticates SuperNodes "
                          "only over TLS); make one with `fedcure certs`")
     site = site or Site()
-    tls_dir = getattr(args, "tls_dir", None)
     m, n = cfg.federation.num_edges, cfg.federation.num_clients
     cloud_port = free_port()
     cloud_addr = f"{site.host('cloud')}:{cloud_port}"
