@@ -64,6 +64,17 @@ ROUND_LINE = re.compile(r"task (\S+) edge round (\d+)/(\d+): ([0-9.]+) s wall")
 GOAL_MEDIAN_S, GOAL_P95_S = 0.15, 0.4
 
 
+#: CPU seconds the last launch's process tree used (every role, Flower's processes included)
+LAST_CPU_S = [0.0]
+
+
+def _children_cpu_s() -> float:
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def launch(out: Path, runtime: str, dataset: str, data_dir: str | None, args: argparse.Namespace,
            edges: int = 1, config: Path | None = None, extra: list[str] | None = None
            ) -> float:
@@ -81,9 +92,11 @@ def launch(out: Path, runtime: str, dataset: str, data_dir: str | None, args: ar
                PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get(
                    "PYTHONPATH")])]))  # every role, Flower's own processes too, runs this tree
     t0 = time.monotonic()
+    cpu0 = _children_cpu_s()
     done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=args.timeout + 120)
     wall = time.monotonic() - t0
+    LAST_CPU_S[0] = _children_cpu_s() - cpu0
     if done.returncode != 0:
         # the rounds it finished still count; the table says the run did not complete
         print(f"fedcure launch ({runtime}, {dataset}) failed with code {done.returncode}: "
@@ -179,7 +192,7 @@ def _rounds_bench(args: argparse.Namespace, out: Path, busy: Any) -> int:
                 wall = -float(args.timeout)
             got = collect(run_out)
             got.update(dataset=dataset, runtime=runtime, launch_wall_s=wall,
-                       load_at_start=load)
+                       load_at_start=load, cpu_s=LAST_CPU_S[0])
             results["runs"].append(got)
             print(f"{dataset:6s} {runtime:6s} launch {wall:6.1f} s, {got['rounds']} edge rounds",
                   flush=True)
@@ -226,7 +239,9 @@ def _rounds_bench(args: argparse.Namespace, out: Path, busy: Any) -> int:
     for r in results["runs"]:
         if r.get("hops"):
             print(f"\nhop table: {r['dataset']}, {r['runtime']} runtime "
-                  f"(load average {r['load_at_start']:.2f} at start)")
+                  f"(load average {r['load_at_start']:.2f} at start; the launch's processes "
+                  f"used {r['cpu_s']:.1f} CPU s, {r['cpu_s'] / max(1, r['rounds']):.2f} per "
+                  "edge round)")
             print(format_table([HopStats(**h) for h in r["hops"]["messages"]],
                                [HopStats(**h) for h in r["hops"]["rounds"]]))
     print(f"\nresults in {out / 'deploy_round.json'}")

@@ -59,12 +59,18 @@ log = logging.getLogger("fedcure.client")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from fedcure_app.errors import HelpFormatter
+
     p = argparse.ArgumentParser(prog=PROG, description="FedCure client: register with the "
-                                "cloud, then run a Flower SuperNode to the assigned edge server.")
-    p.add_argument("--cloud", metavar="HOST:PORT", help="the cloud's address")
+                                "cloud, then run a Flower SuperNode to the assigned edge server.",
+                                formatter_class=HelpFormatter)
+    p.add_argument("--cloud", metavar="HOST:PORT",
+                   help="the cloud's address (required unless --probe)")
     p.add_argument("--name", help="stable client name (default <hostname>-<pid>)")
-    p.add_argument("--dataset", help="dataset the client holds; must match the cloud's")
-    p.add_argument("--data-dir", metavar="DIR", help="root holding the dataset files")
+    p.add_argument("--dataset", help="dataset the client holds; must match the cloud's "
+                   "(default: the cloud's)")
+    p.add_argument("--data-dir", metavar="DIR",
+                   help="root holding the dataset files (default: $FEDCURE_DATA_DIR, else ./data)")
     p.add_argument("--partition-id", type=int, metavar="I",
                    help="ask for partition I (default: the cloud assigns one)")
     p.add_argument("--num-partitions", type=int, metavar="N",
@@ -378,6 +384,11 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
             stale.unlink(missing_ok=True)
         env = flower_env(work / "flwr-home", warm.to_env())
         if warm.runtime == "warm":
+            from client.wake import WAKE_ENV, make_fifo
+
+            fifo = make_fifo(work / "wake.fifo")  # the SuperNode wakes the executor
+            if fifo is not None:
+                env[WAKE_ENV] = str(fifo)
             # its trainer loads torch, the model and the data, and the SuperNode imports
             # Flower, while the cloud forms coalitions: none of that lands in the first task
             executor = start_executor(work, None, env, data_file)
@@ -449,11 +460,24 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
         log.info("stopping on request")
         return 0
     finally:
-        if executor is not None:
-            executor.stop(grace_s=3.0)
-        if supernode is not None:
-            supernode.stop(grace_s=3.0)
+        stop_children([c for c in (executor, supernode) if c is not None])
         channel.close()
+
+
+#: how long the executor and the SuperNode may take to exit on SIGTERM (s); both are stopped at
+#: once, so a client stops within compose's 10 s grace. The executor takes well under a second
+#: (client.executor.stoppable_retries); the SuperNode's HTTP server shuts down gracefully, which
+#: took over 3 s on a loaded 2-core machine.
+CHILD_STOP_GRACE_S = 8.0
+
+
+def stop_children(children: list[Any], grace_s: float = CHILD_STOP_GRACE_S) -> None:
+    """SIGTERM ``children`` together and wait for all of them (each killed after ``grace_s``)."""
+    threads = [threading.Thread(target=c.stop, kwargs={"grace_s": grace_s}) for c in children]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
 
 
 def probe(cpu_root: str | None = None) -> int:

@@ -59,6 +59,11 @@ log = logging.getLogger("fedcure.client.executor")
 CLIENTAPP = "fedcure_app.client_app:app"
 #: Runtime API methods signed with the shared secret (as Flower's SuperExec signs them)
 SIGNED_METHODS = frozenset({"/flwr.proto.Runtime/AcquireTask"})
+#: seconds into a task before its first heartbeat (Flower's SuperNode expires a task after
+#: 2 missed 30 s heartbeats; acquiring it counts as the first)
+HEARTBEAT_DELAY_S = 10.0
+#: the longest wait between task requests when the SuperNode wakes the executor (seconds)
+WAKE_FALLBACK_S = 1.0
 
 
 class ExecutorError(RuntimeError):
@@ -67,6 +72,10 @@ class ExecutorError(RuntimeError):
 
 class TrainerDied(RuntimeError):
     """The trainer process ended while it held a message."""
+
+
+class Stopping(RuntimeError):
+    """The executor was asked to stop (SIGTERM/SIGINT) while it waited."""
 
 
 def write_secret(path: Path) -> Path:
@@ -116,8 +125,11 @@ class Trainer:
     """The :mod:`client.trainer` child: started on first use, started again when it died."""
 
     def __init__(self, max_restarts: int, load_timeout_s: float = 300.0,
-                 argv: list[str] | None = None, data_file: str | Path | None = None) -> None:
+                 argv: list[str] | None = None, data_file: str | Path | None = None,
+                 stop: threading.Event | None = None) -> None:
         self.max_restarts = max_restarts
+        #: set on SIGTERM: every wait for the child ends with :class:`Stopping`
+        self.stop = stop if stop is not None else threading.Event()
         self.load_timeout_s = load_timeout_s
         self.argv = argv or [sys.executable, "-m", "client.trainer"]
         if data_file:
@@ -153,10 +165,13 @@ class Trainer:
                  f" (start {self.starts})" if self.starts > 1 else "")
 
     def _recv(self, timeout_s: float | None) -> Any:
-        """The child's next answer; :class:`TrainerDied` when it exits first."""
+        """The child's next answer; :class:`TrainerDied` when it exits first,
+        :class:`Stopping` when :attr:`stop` is set first."""
         assert self.conn is not None and self.proc is not None
         end = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
+            if self.stop.is_set():
+                raise Stopping("stopping: the trainer's answer is abandoned")
             try:
                 if self.conn.poll(0.2):
                     return self.conn.recv()
@@ -190,32 +205,53 @@ class Trainer:
             return answer[1], answer[2]
         raise RuntimeError(answer[1])
 
-    def close(self, grace_s: float = 3.0) -> None:
+    def close(self, grace_s: float = 1.0) -> None:
+        """End the child: it exits when its socket closes, unless it is inside a ClientApp
+        call; then it is sent SIGTERM after ``grace_s`` (and SIGKILL 2 s later)."""
         if self.conn is not None:
             self.conn.close()
             self.conn = None
         if self.proc is not None and self.proc.poll() is None:
             try:
-                self.proc.wait(grace_s)  # it exits when its socket closes
+                self.proc.wait(grace_s)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+                self.proc.terminate()
+                try:
+                    self.proc.wait(2.0)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait(5)
 
 
-def _runtime_client(address: str, interceptors: list[Any]) -> Any:
+def stoppable_retries(stop: threading.Event) -> Any:
+    """Flower's HTTP retry invoker for the Runtime API (retries forever, backing off), except
+    that it gives up at once when ``stop`` is set and its back-off waits end when it is set:
+    without this, SIGTERM goes unanswered while the SuperNode is unreachable."""
     from flwr.supercore.retry import make_simple_http_retry_invoker
+
+    invoker = make_simple_http_retry_invoker()
+    giveup = invoker.should_giveup
+    invoker.should_giveup = lambda exc: stop.is_set() or bool(giveup and giveup(exc))
+    invoker.wait_function = stop.wait
+    return invoker
+
+
+def _runtime_client(address: str, interceptors: list[Any], stop: threading.Event) -> Any:
     from flwr.supercore.runtime import RuntimeHttpClient
     from flwr.supercore.runtime.tracing import RuntimeTracingInterceptor
 
     return RuntimeHttpClient.from_server_address(
         server_address=address, insecure=True, root_certificates=None,
         interceptors=[RuntimeTracingInterceptor(), *interceptors],
-        retry_invoker=make_simple_http_retry_invoker())
+        retry_invoker=stoppable_retries(stop))
 
 
 def run_task(address: str, token: str, task_id: int, trainer: Trainer,
              acquired_at: float | None = None) -> str:
-    """One ClientApp task, as ``flwr-clientapp`` runs it; return its final sub-status."""
+    """One ClientApp task, as ``flwr-clientapp`` runs it; return its final sub-status.
+
+    When ``trainer.stop`` is set (SIGTERM) the task ends at once: the message gets an error
+    reply if the SuperNode still answers, else nothing (Flower's task-token expiry answers it)."""
     from flwr.app import Error, Message
     from flwr.common.constant import ErrorCode, SubStatus
     from flwr.supercore.heartbeat import HeartbeatSender, make_task_heartbeat_fn_http
@@ -232,12 +268,16 @@ def run_task(address: str, token: str, task_id: int, trainer: Trainer,
     started = time.time()
     client = _runtime_client(address, [
         RuntimeVersionHttpInterceptor(component_name="flwr-clientapp"),
-        RuntimeTokenHttpInterceptor(token)])
+        RuntimeTokenHttpInterceptor(token)], trainer.stop)
     heartbeat = HeartbeatSender(make_task_heartbeat_fn_http(client))
+    # the first heartbeat only for a task that runs long: taking the task counts as one, and the
+    # SuperNode waits 2 x 30 s for the next; a short task saves a request and a thread
+    beat = threading.Timer(HEARTBEAT_DELAY_S, heartbeat.start)
+    beat.daemon = True
     message = context = reply = None
     sub_status, details = SubStatus.FAILED, "ClientApp task failed due to unknown reason"
     try:
-        heartbeat.start()
+        beat.start()
         message, context, _run, fab = pull_task_input(client)
         mid = message.metadata.message_id
         trace("exe.acquired", mid, t=acquired_at or started)
@@ -256,7 +296,11 @@ def run_task(address: str, token: str, task_id: int, trainer: Trainer,
                             reply_to=message)
     except Exception as err:  # noqa: BLE001 - answered as flwr-clientapp answers it
         details = f"{type(err)}:<'{err}'>"
-        log.error("task %d: %s", task_id, details)
+        if trainer.stop.is_set():  # SIGTERM mid-task (Stopping, or a call given up)
+            details = f"the client is stopping ({type(err).__name__})"
+            log.info("task %d: %s", task_id, details)
+        else:
+            log.error("task %d: %s", task_id, details)
         if message is not None:
             reply = Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=details),
                             reply_to=message)
@@ -269,8 +313,17 @@ def run_task(address: str, token: str, task_id: int, trainer: Trainer,
         except Exception as err:  # noqa: BLE001
             log.error("task %d: could not push the reply: %s", task_id, err)
             sub_status = SubStatus.FAILED
-        push_task_output(client=client, context=context, sub_status=sub_status,
-                         details=details)
+        try:
+            push_task_output(client=client, context=context, sub_status=sub_status,
+                             details=details)
+        except Exception as err:  # noqa: BLE001
+            if not trainer.stop.is_set():
+                raise
+            log.info("task %d: stopping; its status was not sent (%s)", task_id,
+                     type(err).__name__)
+        finally:
+            beat.cancel()
+            beat.join()
         if heartbeat.is_running:
             heartbeat.stop()
         client.close()
@@ -280,8 +333,10 @@ def run_task(address: str, token: str, task_id: int, trainer: Trainer,
 
 
 def serve(address: str, secret: bytes, stop: threading.Event, cfg: Any,
-          trainer: Trainer) -> None:
-    """Ask the SuperNode for ClientApp tasks until ``stop`` is set, running each."""
+          trainer: Trainer, waker: Any = None) -> None:
+    """Ask the SuperNode for ClientApp tasks until ``stop`` is set, running each. Between empty
+    asks it waits its back-off, or less when ``waker`` (a :class:`client.wake.WakeReader`)
+    hears the SuperNode pull a message."""
     import httpx
     from flwr.proto.runtime_pb2 import AcquireTaskRequest  # pylint: disable=E0611
     from flwr.supercore.constant import TaskType
@@ -292,8 +347,12 @@ def serve(address: str, secret: bytes, stop: threading.Event, cfg: Any,
 
     client = _runtime_client(address, [
         RuntimeVersionHttpInterceptor(component_name="SuperExec"),
-        SuperExecAuthHttpInterceptor(master_secret=secret, protected_methods=SIGNED_METHODS)])
+        SuperExecAuthHttpInterceptor(master_secret=secret, protected_methods=SIGNED_METHODS)],
+        stop)
     wait = cfg.executor_poll_min_s
+    # woken on arrival, the poll is only the fallback: back off further (fewer idle requests)
+    longest = max(cfg.executor_poll_max_s, WAKE_FALLBACK_S) if waker is not None \
+        else cfg.executor_poll_max_s
     try:
         while not stop.is_set():
             try:
@@ -312,8 +371,12 @@ def serve(address: str, secret: bytes, stop: threading.Event, cfg: Any,
                     except TrainerDied as err:
                         log.warning("%s; trying again with the next message", err)
                 continue
-            stop.wait(wait)
-            wait = min(cfg.executor_poll_max_s, wait * 2)
+            if waker is not None and waker.wait(wait):
+                wait = cfg.executor_poll_min_s  # a message arrived: ask now
+                continue
+            if waker is None:
+                stop.wait(wait)
+            wait = min(longest, wait * 2)
     finally:
         client.close()
 
@@ -396,19 +459,29 @@ def main(argv: list[str] | None = None) -> int:
     # the SuperNode hands out a task before it holds the message's objects: retry them after
     # 10 ms, not Flower's 1 s (fedcure_app.object_pulls)
     quick_pulls(run_clientapp, "pull_and_inflate_object_from_tree")
-    trainer = Trainer(cfg.trainer_restarts, data_file=args.data_file)
+    trainer = Trainer(cfg.trainer_restarts, data_file=args.data_file, stop=stop)
     try:
         trainer.start()  # load torch, the model and the data before the first message
         address = args.runtime_api_address or wait_for_address(args.runtime_api_address_file,
                                                                stop)
         if address is None or not wait_for_listener(address, stop):
             return 0  # stopped before the SuperNode existed
-        serve(address, secret, stop, cfg, trainer)
+        from client.wake import reader_from_env
+
+        waker = reader_from_env()
+        try:
+            serve(address, secret, stop, cfg, trainer, waker)
+        finally:
+            if waker is not None:
+                waker.close()
+    except Stopping:
+        pass
     except (ExecutorError, TrainerDied) as err:
         print(f"client.executor: error: {err}", file=sys.stderr)
         return 1
     finally:
         trainer.close()
+    log.info("stopped")
     return 0
 
 

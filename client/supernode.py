@@ -23,7 +23,8 @@ it registers, while it does not know its edge's address yet, so the seconds Flow
 do not land in the first task.
 
 Settings come from the environment (seconds): ``FEDCURE_SUPERNODE_IDLE_MIN_S`` (default
-0.01), ``FEDCURE_SUPERNODE_IDLE_MAX_S`` (0.2), ``FEDCURE_SUPERNODE_REPLY_POLL_S`` (0.01); see
+0.01), ``FEDCURE_SUPERNODE_IDLE_MAX_S`` (0.2), ``FEDCURE_SUPERNODE_REPLY_POLL_S`` (0.01),
+``FEDCURE_SUPERNODE_HOT_S`` (2) and ``FEDCURE_SUPERNODE_HOT_MAX_S`` (0.04); see
 :class:`fedcure_app.config.WarmClientConfig` for their ranges.
 """
 
@@ -55,16 +56,26 @@ class IdleClock:
     ``sleep(3)`` (nothing pulled) waits the current back-off, which doubles from ``idle_min_s``
     to ``idle_max_s``; :meth:`pulled` (a message arrived) resets it. ``sleep(0.5)`` (waiting for
     the ClientApp's reply) waits ``reply_poll_s``. Other sleeps and attributes are the real
-    ``time`` module's.
+    ``time`` module's. Within ``hot_s`` seconds of the last pulled message the idle waits stay at
+    most ``hot_max_s`` (an edge round's next message comes a moment after the slowest client's
+    reply; Flower 1.41's Fleet API cannot wait for it, so the SuperNode asks more often while
+    rounds are under way, and backs off once they stop).
     """
 
     def __init__(self, idle_min_s: float, idle_max_s: float, reply_poll_s: float,
-                 sleep: Any = _time.sleep) -> None:
+                 sleep: Any = _time.sleep, *, hot_s: float = 0.0, hot_max_s: float = 0.04,
+                 clock: Any = _time.monotonic) -> None:
         if not 0 < idle_min_s <= idle_max_s:
             raise ValueError(f"need 0 < idle_min_s <= idle_max_s, got {idle_min_s}, "
                              f"{idle_max_s}")
         if reply_poll_s <= 0:
             raise ValueError(f"reply_poll_s must be > 0, got {reply_poll_s}")
+        if hot_s < 0 or hot_max_s <= 0:
+            raise ValueError(f"need hot_s >= 0 and hot_max_s > 0, got {hot_s}, {hot_max_s}")
+        self.hot_s = hot_s
+        self.hot_max_s = hot_max_s
+        self._clock = clock
+        self._last_pull = -float("inf")
         self.idle_min_s = idle_min_s
         self.idle_max_s = idle_max_s
         self.reply_poll_s = reply_poll_s
@@ -76,11 +87,14 @@ class IdleClock:
         """A message was pulled: the next idle waits start short again."""
         with self._lock:
             self._next = self.idle_min_s
+            self._last_pull = self._clock()
 
     def next_idle_s(self) -> float:
         """The wait the next idle sleep takes (and double the one after)."""
         with self._lock:
             wait = self._next
+            if self._clock() - self._last_pull < self.hot_s:
+                wait = min(wait, self.hot_max_s)
             self._next = min(self.idle_max_s, self._next * 2)
             return wait
 
@@ -122,8 +136,9 @@ def check_flower(module: ModuleType | None = None, version: str | None = None) -
     return problems
 
 
-def install(clock: IdleClock, module: ModuleType | None = None) -> bool:
-    """Put ``clock`` into Flower's SuperNode loop; False (and a warning) when Flower differs."""
+def install(clock: IdleClock, module: ModuleType | None = None, waker: Any = None) -> bool:
+    """Put ``clock`` into Flower's SuperNode loop; False (and a warning) when Flower differs.
+    ``waker`` (a :class:`client.wake.WakeWriter`) hears of every message pulled."""
     if module is None:
         from flwr.supernode import start_client_internal as module  # type: ignore[no-redef]
     problems = check_flower(module)
@@ -137,6 +152,8 @@ def install(clock: IdleClock, module: ModuleType | None = None) -> bool:
         run_id = pull(*args, **kwargs)
         if run_id is not None:
             clock.pulled()
+            if waker is not None:  # the message and its objects are in: the executor may ask
+                waker.notify()
         return run_id
 
     module._pull_and_store_message = pull_and_reset
@@ -154,7 +171,8 @@ def clock_from_env(env: dict[str, str] | None = None) -> IdleClock:
     env = dict(os.environ if env is None else env)
     cfg = WarmClientConfig.from_env(env)
     return IdleClock(cfg.supernode_idle_min_s, cfg.supernode_idle_max_s,
-                     cfg.supernode_reply_poll_s)
+                     cfg.supernode_reply_poll_s, hot_s=cfg.supernode_hot_s,
+                     hot_max_s=cfg.supernode_hot_max_s)
 
 
 def read_argv_file(path: str, poll_s: float = 0.02) -> list[str]:
@@ -183,8 +201,10 @@ def main(argv: list[str] | None = None) -> None:
 
     set_role("supernode")
     trace_flower_log()  # FEDCURE_TRACE_DIR: Flower's receive/send log lines become events
+    from client.wake import writer_from_env
+
     clock = clock_from_env()
-    if install(clock):
+    if install(clock, waker=writer_from_env()):
         log.info("SuperNode idle wait %.3g..%.3g s, reply poll %.3g s (Flower's: 3 s, 0.5 s)",
                  clock.idle_min_s, clock.idle_max_s, clock.reply_poll_s)
     from flwr.supernode.cli.flower_supernode import flower_supernode

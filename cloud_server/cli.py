@@ -33,7 +33,10 @@ ENFORCE_TLS = True
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description="FedCure cloud server (gRPC).")
+    from fedcure_app.errors import HelpFormatter
+
+    p = argparse.ArgumentParser(prog=PROG, description="FedCure cloud server (gRPC).",
+                                formatter_class=HelpFormatter)
     p.add_argument("--config", metavar="FILE", help="TOML/JSON configuration file")
     p.add_argument("--listen", required=True, metavar="HOST:PORT",
                    help="address to serve on, e.g. 0.0.0.0:9090 (port 0: any free port)")
@@ -46,14 +49,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--register-timeout", type=float, default=300.0, metavar="S",
                    help="registration window (s) and the longest one Register call waits "
                         "(default 300)")
-    p.add_argument("--rounds", type=int, metavar="N", help="global rounds (run.global-rounds)")
+    p.add_argument("--rounds", type=int, metavar="N",
+                   help="global rounds (default: the --config file's [run] global-rounds, "
+                        "else 100)")
     p.add_argument("--method", metavar="NAME",
-                   help="method preset: fedcure, fedfair, fedgreedy, fair, greedy")
+                   help="method preset: fedcure, fedfair, fedgreedy, fair, greedy "
+                        "(default: none, the configuration's formation and scheduler)")
     p.add_argument("--formation", metavar="RULE",
-                   help="formation rule: fedcure, none, kmeans, meanshift, selfish, pareto")
+                   help="formation rule: fedcure, none, kmeans, meanshift, selfish, pareto "
+                        "(default: the configuration's, else fedcure)")
     p.add_argument("--dataset", metavar="D",
-                   help="dataset (model architecture, and test split for evaluation)")
-    p.add_argument("--data-dir", metavar="DIR", help="root holding the dataset files")
+                   help="dataset (model architecture, and test split for evaluation; "
+                        "default: the configuration's, else digits)")
+    p.add_argument("--data-dir", metavar="DIR",
+                   help="root holding the dataset files (default: $FEDCURE_DATA_DIR, else ./data)")
     p.add_argument("--no-eval", action="store_true", help="never evaluate the global model")
     p.add_argument("--token", default=os.environ.get("FEDCURE_TOKEN", ""),
                    help="shared secret clients and edges must send (default $FEDCURE_TOKEN)")

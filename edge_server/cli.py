@@ -37,8 +37,11 @@ log = logging.getLogger("fedcure.edge")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from fedcure_app.errors import HelpFormatter
+
     p = argparse.ArgumentParser(prog=PROG, description="FedCure edge server: a Flower SuperLink "
-                                "for its clients plus the edge ServerApp linked to the cloud.")
+                                "for its clients plus the edge ServerApp linked to the cloud.",
+                                formatter_class=HelpFormatter)
     p.add_argument("--cloud", required=True, metavar="HOST:PORT", help="the cloud's address")
     p.add_argument("--edge-id", required=True, type=int, metavar="M",
                    help="this edge's id (coalition index 0..M-1)")
@@ -71,8 +74,25 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how long a task waits for its clients' SuperNodes (default 300)")
     p.add_argument("--edge-timeout", type=float, default=0.0, metavar="S",
                    help="per edge round reply deadline; slower clients are dropped (0: wait)")
+    p.add_argument("--reply-poll", type=float, metavar="S", default=None,
+                   help="seconds between the edge's asks for its clients' replies; each is a "
+                        "request to its SuperLink (default 0.01, or $FEDCURE_EDGE_REPLY_POLL_S; "
+                        "0.001-1)")
     p.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
     return p
+
+
+def reply_poll_s(flag: float | None, env: Any) -> float:
+    """Seconds between reply pulls: ``--reply-poll``, else ``$FEDCURE_EDGE_REPLY_POLL_S``, else
+    0.01; :class:`UsageError` outside 0.001-1."""
+    raw: Any = flag if flag is not None else env.get("FEDCURE_EDGE_REPLY_POLL_S") or 0.01
+    try:
+        value = float(raw)
+    except ValueError:
+        raise UsageError(f"FEDCURE_EDGE_REPLY_POLL_S must be seconds, got {raw!r}") from None
+    if not 0.001 <= value <= 1.0:
+        raise UsageError(f"--reply-poll must be in [0.001, 1] s, got {value}")
+    return value
 
 
 def _check_files(args: argparse.Namespace) -> Any:
@@ -200,6 +220,7 @@ def run_edge(args: argparse.Namespace, stop: threading.Event) -> int:
     host, port = split_address(args.listen, "--listen")
     if args.edge_id < 0:
         raise UsageError(f"--edge-id must be >= 0, got {args.edge_id}")
+    reply_poll = reply_poll_s(args.reply_poll, os.environ)
     advertise = args.advertise or (f"127.0.0.1:{port}" if host in ("0.0.0.0", "::")
                                    else args.listen)
     split_address(advertise, "--advertise")
@@ -215,6 +236,7 @@ def run_edge(args: argparse.Namespace, stop: threading.Event) -> int:
         log_file=str(work / "serverapp.log"), status_file=str(work / "status.json"),
         discovery_timeout_s=args.discovery_timeout,
         edge_timeout_s=args.edge_timeout if args.edge_timeout > 0 else None,
+        poll_s=reply_poll,
     )
     for name in ("status.json", "serverapp.log"):
         (work / name).unlink(missing_ok=True)

@@ -191,6 +191,13 @@ class WarmClientConfig(_Section):
     supernode_reply_poll_s: float = Field(
         0.01, gt=0.0, le=0.5, description="SuperNode's poll for the ClientApp's reply "
         "(Flower's own: 0.5)")
+    supernode_hot_s: float = Field(
+        2.0, ge=0.0, le=600.0, description="for this long after a message the SuperNode's "
+        "waits between empty pulls stay at most supernode-hot-max-s (the next edge round's "
+        "message comes soon); 0: off")
+    supernode_hot_max_s: float = Field(
+        0.04, gt=0.0, le=3.0, description="longest SuperNode wait between empty pulls within "
+        "supernode-hot-s of a message")
     executor_poll_min_s: float = Field(
         0.005, gt=0.0, le=5.0, description="first executor wait after a task, before asking "
         "the SuperNode for the next")
@@ -213,6 +220,8 @@ class WarmClientConfig(_Section):
         "FEDCURE_SUPERNODE_IDLE_MIN_S": "supernode_idle_min_s",
         "FEDCURE_SUPERNODE_IDLE_MAX_S": "supernode_idle_max_s",
         "FEDCURE_SUPERNODE_REPLY_POLL_S": "supernode_reply_poll_s",
+        "FEDCURE_SUPERNODE_HOT_S": "supernode_hot_s",
+        "FEDCURE_SUPERNODE_HOT_MAX_S": "supernode_hot_max_s",
         "FEDCURE_EXECUTOR_POLL_MIN_S": "executor_poll_min_s",
         "FEDCURE_EXECUTOR_POLL_MAX_S": "executor_poll_max_s",
         "FEDCURE_TRAINER_RESTARTS": "trainer_restarts",

@@ -61,46 +61,96 @@ def _save(fig: Any, path: Path) -> Path:
     return path
 
 
+#: accuracy plots with at most this many points print each point's value beside it
+LABEL_POINTS_MAX = 12
+#: queue plots draw one panel per coalition up to this many coalitions, else one heat map
+QUEUE_PANELS_MAX = 12
+#: the queue plot's caption: what Λ_m is (fedcure_app.core.queues)
+QUEUE_CAPTION = (
+    r"$\Lambda_m$, coalition m's virtual queue, is its participation debt: it grows by its "
+    r"target share $\delta_m$ every global round"
+    "\nand drops by 1 in a round m is dispatched (never below 0). A queue that stays bounded "
+    "means m gets at least"
+    "\n" r"its share $\delta_m$ of the rounds; the scheduler favours coalitions with long "
+    "queues.")
+
+
 def plot_accuracy(records: list[dict[str, Any]], path: Path, title: str = "", *,
                   initial: float | None = None, clock: str = "simulated") -> Path:
-    """Test accuracy (%) against time (s) on ``clock`` (``simulated`` or ``wall-clock``), from
-    the initial evaluation (``initial``, a fraction, at time 0) and the evaluated rounds."""
-    pts = [(r["time_s"], 100 * r["accuracy"]) for r in records if r.get("accuracy") is not None]
+    """Test accuracy (%, axis 0–100) against time (s) on ``clock`` (``simulated`` or
+    ``wall-clock``), from the initial evaluation (``initial``, a fraction, at time 0) and the
+    evaluated rounds; with few points each is labelled with its value."""
+    pts = [(r["time_s"], 100 * r["accuracy"], r.get("round"))
+           for r in records if r.get("accuracy") is not None]
     if initial is not None:
-        pts.insert(0, (0.0, 100 * initial))
+        pts.insert(0, (0.0, 100 * initial, 0))
     fig, ax = plt.subplots(figsize=(6.5, 4), dpi=120)
     if pts:
-        t, a = zip(*pts)
-        ax.plot(t, a, marker="o", ms=3, label="global model")
+        t, a, rounds = zip(*pts)
+        few = len(pts) <= LABEL_POINTS_MAX
+        ax.plot(t, a, marker="o", ms=6 if few else 3, label="global model")
         if initial is not None:
-            ax.plot([0.0], [100 * initial], marker="s", ms=6, ls="none", color="C3",
+            ax.plot([0.0], [100 * initial], marker="s", ms=7, ls="none", color="C3",
                     label="initial model (before round 1)")
+        if few:
+            for x, y, r in zip(t, a, rounds):
+                ax.annotate(f"{y:.1f} %" + (f"\nround {r}" if r else ""), (x, y),
+                            textcoords="offset points", xytext=(3, 6), ha="left",
+                            fontsize=7)
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     ax.set_xlabel(CLOCK_LABELS.get(clock, clock))
     ax.set_ylabel("test accuracy (%)")
     ax.set_xlim(left=0)
+    ax.set_ylim(0, 100)
     _titled(ax, f"Test accuracy vs {'wall-clock' if clock == 'wall-clock' else 'simulated'}"
                 " time", title)
     ax.grid(alpha=0.3)
     return _save(fig, path)
 
 
-def plot_queues(records: list[dict[str, Any]], path: Path, title: str = "") -> Path:
-    """Virtual-queue length Λ_m per coalition after each global round."""
+def plot_queues(records: list[dict[str, Any]], path: Path, title: str = "",
+                delta: list[float] | None = None) -> Path:
+    """Virtual-queue length Λ_m after each global round: one small panel per coalition (its
+    target share δ_m in the panel, the rounds it was dispatched in marked below the curve),
+    or a heat map beyond :data:`QUEUE_PANELS_MAX` coalitions; :data:`QUEUE_CAPTION` under it."""
     q = np.array([r["queues"] for r in records], dtype=float)
     rounds = [r["round"] for r in records]
-    fig, ax = plt.subplots(figsize=(6.5, 4), dpi=120)
-    if q.size:
-        for m in range(q.shape[1]):
-            ax.plot(rounds, q[:, m], label=f"coalition {m}", lw=1.2, marker="o", ms=2.5)
-        if q.shape[1] <= 20:
-            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0),
-                      borderaxespad=0, ncol=1 if q.shape[1] <= 10 else 2)
+    m_count = q.shape[1] if q.ndim == 2 else 0
+    if 0 < m_count <= QUEUE_PANELS_MAX:
+        fig, axes = plt.subplots(m_count, 1, sharex=True, dpi=120, squeeze=False,
+                                 figsize=(6.5, 1.0 + 1.05 * m_count))
+        axes = axes[:, 0]
+        top = max(float(q.max()), 1e-9) * 1.15
+        for m, ax in enumerate(axes):
+            ax.plot(rounds, q[:, m], lw=1.2, marker="o", ms=2, color=f"C{m % 10}",
+                    label=r"$\Lambda_m$ after the round")
+            sent = [r["round"] for r in records if m in (r.get("dispatched") or [])]
+            if sent:
+                ax.plot(sent, [0.0] * len(sent), ls="none", marker="|", ms=7, color="k",
+                        label="dispatched in this round")
+            ax.set_ylim(-0.05 * top, top)
+            share = "" if delta is None else rf", $\delta_{{{m}}}$ = {delta[m]:.2f}"
+            ax.text(1.01, 0.5, f"coalition {m}{share}", transform=ax.transAxes, fontsize=7,
+                    va="center")
+            ax.set_ylabel(rf"$\Lambda_{{{m}}}$", fontsize=8)
+            ax.tick_params(labelsize=7)
+            ax.grid(alpha=0.3)
+        axes[0].legend(fontsize=7, loc="lower left", bbox_to_anchor=(1.01, 1.0),
+                       borderaxespad=0)
+        ax = axes[-1]
+    else:
+        fig, ax = plt.subplots(figsize=(6.5, 4), dpi=120)
+        axes = [ax]
+        if m_count:
+            im = ax.imshow(q.T, aspect="auto", origin="lower", cmap="viridis",
+                           extent=(rounds[0] - 0.5, rounds[-1] + 0.5, -0.5, m_count - 0.5))
+            fig.colorbar(im, ax=ax, label=r"virtual queue $\Lambda_m$")
+            ax.set_ylabel("coalition m")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("global round")
-    ax.set_ylabel(r"virtual queue $\Lambda_m$")
-    _titled(ax, "Virtual queues", title)
-    ax.grid(alpha=0.3)
+    _titled(axes[0], "Virtual queues", title)
+    ax.annotate(QUEUE_CAPTION, xy=(-0.1, 0.0), xycoords=("axes fraction", ax.xaxis.label),
+                xytext=(0, -6), textcoords="offset points", fontsize=7.5, va="top", ha="left")
     return _save(fig, path)
 
 
@@ -132,7 +182,8 @@ def write_run_plots(result: dict[str, Any], out_dir: Path, title: str | None = N
     paths = [
         plot_accuracy(recs, out_dir / "accuracy.png", title,
                       initial=result.get("initial_accuracy"), clock=clock_of(result)),
-        plot_queues(recs, out_dir / "queues.png", title),
+        plot_queues(recs, out_dir / "queues.png", title,
+                    delta=(result.get("participation") or {}).get("delta")),
         plot_participation(result["participation"], out_dir / "participation.png", title),
     ]
     log.info("plots written to %s", out_dir)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from logging import INFO, WARNING
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,12 @@ from fedcure_app.app_config import (
 from fedcure_app.config import FedCureConfig, apply_flat
 
 app = ServerApp()
+
+# Flower's Ray backend calls ray.init() in this process after the ServerApp is loaded; Ray then
+# warns that a future version will stop hiding GPUs from actors that ask for none. FedCure's
+# ClientApps ask for none and train on the CPU, so the notice says nothing about this run.
+warnings.filterwarnings("ignore", message=r"Tip: In future versions of Ray",
+                        category=FutureWarning)
 
 
 def resolve_out_dir(out_dir: str | Path, cwd: Path | None = None) -> Path:

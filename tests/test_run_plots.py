@@ -75,3 +75,42 @@ def test_run_title_spells_out_what_is_known():
                                 "config": {"method": {"scheduler": "fair"}}}) \
         == "mnist · formation: none · scheduler: fair"
     assert run_plots.run_title({"dataset": "mnist"}) == "mnist"
+
+
+def test_accuracy_axis_spans_0_to_100_percent_and_few_points_carry_their_values(
+        tmp_path, figures):
+    run_plots.write_run_plots(_result("deployment", rounds=2), tmp_path)
+    ax = figures["accuracy.png"].axes[0]
+    assert ax.get_ylim() == (0.0, 100.0)
+    labels = [t.get_text() for t in ax.texts]
+    assert "10.0 %" in labels and "40.0 %\nround 2" in labels
+
+
+def test_many_accuracy_points_are_not_labelled(tmp_path, figures):
+    run_plots.write_run_plots(_result(None, rounds=run_plots.LABEL_POINTS_MAX + 5), tmp_path)
+    assert not figures["accuracy.png"].axes[0].texts
+
+
+@pytest.mark.parametrize("edges", [1, 5, 12])
+def test_queues_get_one_panel_per_coalition_with_its_target_share_and_a_caption(
+        tmp_path, figures, edges):
+    result = _result(None, rounds=100, edges=edges)
+    for r in result["records"]:
+        r["dispatched"] = [r["round"] % edges]
+    run_plots.write_run_plots(result, tmp_path)
+    fig = figures["queues.png"]
+    assert len(fig.axes) == edges
+    for m, ax in enumerate(fig.axes):
+        assert any(f"coalition {m}, " in t.get_text() and r"\delta" in t.get_text()
+                   for t in ax.texts)
+        marks = [ln for ln in ax.lines if ln.get_marker() == "|"]
+        assert list(marks[0].get_xdata()) == [r for r in range(1, 101) if r % edges == m]
+    caption = " ".join(t.get_text() for t in fig.axes[-1].texts)
+    assert "participation debt" in caption and r"$\delta_m$" in caption
+
+
+def test_queues_of_many_coalitions_are_one_heat_map(tmp_path, figures):
+    run_plots.write_run_plots(_result(None, rounds=10, edges=run_plots.QUEUE_PANELS_MAX + 1),
+                              tmp_path)
+    fig = figures["queues.png"]
+    assert len(fig.axes) == 2 and fig.axes[0].images  # the map and its colour bar

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from fedcure_app.config import ConfigError, FedCureConfig, apply_flat, flat_keys
-from fedcure_app.errors import UsageError  # the one definition, shared with the role commands
+from fedcure_app.errors import HelpFormatter, UsageError  # shared with the role commands
 
 #: Flat configuration key -> the ``fedcure`` option that sets it (every command that has the
 #: option spells it this way).
@@ -296,21 +296,6 @@ def at_least(args: argparse.Namespace, dest: str, low: float, *, strict: bool = 
     if bad:
         raise UsageError(f"{flag_of(dest)} must be {'>' if strict else '>='} {low:g}"
                          f" (got {value!r})")
-
-
-class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Shows ``(default: V)`` after every option that has a default and does not already say
-    it (no ``None``/``False`` defaults: those mean "not given")."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
-        if (
-            "default" in text.lower()
-            or any(action.default is x for x in (None, False, argparse.SUPPRESS))
-            or not action.option_strings
-        ):
-            return text
-        return f"{text} (default: %(default)s)".lstrip()
 
 
 class Parser(argparse.ArgumentParser):

@@ -37,10 +37,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="dataset(s), comma-separated, or 'all' (digits + the paper's four; "
                    "missing ones are skipped); default digits")
     p.add_argument("--data-dir", help="root holding the dataset files (MNIST: its four IDX "
-                   "files in DATA_DIR/mnist/raw)")
+                   "files in DATA_DIR/mnist/raw; default: $FEDCURE_DATA_DIR, else ./data)")
     p.add_argument("--budget", choices=["tiny", "quick", "paper"], default="quick",
                    help="compute budget (default quick: minutes on a 2-core CPU)")
-    p.add_argument("--seeds", type=int, help="seeds for Table 1 (overrides the budget's)")
+    p.add_argument("--seeds", type=int, help="seeds for Table 1 (default: the budget's)")
     p.add_argument("--side-seeds", type=int,
                    help="seeds for the clustering (Fig. 3) and RH experiments, a prefix of "
                    "Table 1's (default: the budget's, at most --seeds)")

@@ -39,12 +39,15 @@ from fedcure_app.cli.errors import (
     config_defaults_help,
     load_file,
 )
-from fedcure_app.config import METHOD_PRESETS, FedCureConfig
+from fedcure_app.config import METHOD_PRESETS, FedCureConfig, apply_flat
 
 log = logging.getLogger(__name__)
 
 #: default shortest task deadline under launch (s)
 LAUNCH_DEADLINE_MIN_S = 120.0
+#: without --eval-every, a launch evaluates the global model about this many times (plus the
+#: initial model), so that even a short run draws an accuracy curve
+LAUNCH_EVALUATIONS = 10
 
 #: where the live view goes unless told otherwise (or the next free port above it)
 DEFAULT_DASHBOARD = "127.0.0.1:8080"
@@ -95,10 +98,14 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     ``--out``, the token, timeouts, threads, progress."""
     p.add_argument("--rounds", type=int, help="global rounds")
     p.add_argument("--dataset", choices=["digits", "mnist", "cifar10", "svhn", "cinic10"])
-    p.add_argument("--data-dir", help="directory holding the dataset files")
-    p.add_argument("--out", required=True, help="folder for results, logs and work dirs")
+    p.add_argument("--data-dir", help="directory holding the dataset files "
+                   "(default: $FEDCURE_DATA_DIR, else ./data)")
+    p.add_argument("--out", default="results/launch",
+                   help="folder for results, logs and work dirs")
     p.add_argument("--config", help="TOML/JSON configuration file (options override it)")
-    p.add_argument("--method", choices=list(METHOD_PRESETS))
+    p.add_argument("--method", choices=list(METHOD_PRESETS),
+                   help="one of the paper's methods: sets --formation and --scheduler "
+                   "(default: none, those two options decide)")
     p.add_argument("--formation", choices=["fedcure", "none", "kmeans", "meanshift",
                                            "selfish", "pareto"])
     p.add_argument("--scheduler", choices=["fedcure", "greedy", "fair", "random"])
@@ -108,7 +115,9 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-concurrent", type=int, help="K, coalitions training at once")
     p.add_argument("--lr", type=float, help="learning rate")
     p.add_argument("--beta", type=float)
-    p.add_argument("--eval-every", type=int)
+    p.add_argument("--eval-every", type=int,
+                   help="evaluate the global model every N global rounds (default: about "
+                   f"{LAUNCH_EVALUATIONS} times a run, ⌈rounds/{LAUNCH_EVALUATIONS}⌉)")
     p.add_argument("--seed", type=int)
     p.add_argument("--token", default=os.environ.get("FEDCURE_TOKEN", ""),
                    help="shared secret for every role (default $FEDCURE_TOKEN)")
@@ -141,7 +150,12 @@ def config_from_args(args: argparse.Namespace) -> FedCureConfig:
     elif not (args.config and "deadline_min_s" in load_file(args.config).reliability
               .model_fields_set):
         extra["deadline-min-s"] = LAUNCH_DEADLINE_MIN_S
-    return options_config(args, _OPTIONS, extra, flags)
+    cfg = options_config(args, _OPTIONS, extra, flags)
+    if args.eval_every is None and not (
+            args.config and "eval_every" in load_file(args.config).run.model_fields_set):
+        every = max(1, -(-cfg.run.global_rounds // LAUNCH_EVALUATIONS))
+        cfg = apply_flat(cfg, {"eval-every": every})
+    return cfg
 
 
 def check_inputs(args: argparse.Namespace, cfg: FedCureConfig) -> None:
@@ -335,6 +349,9 @@ def start_roles(cfg: FedCureConfig, args: argparse.Namespace, out: Path, roles: 
                       log_path=logs / f"client{i}.log", env=env)
         roles.clients.append(child)
         record["pids"][f"client{i}"] = child.pid
+        record["clients"][i] = {"name": f"client-{i}", "partition": i,
+                                "work_dir": str(work / f"client{i}"),
+                                "log": str(logs / f"client{i}.log")}
     return record
 
 
@@ -420,16 +437,30 @@ def supervise(roles: Roles, status: StatusPoller, rounds: int, args: argparse.Na
                 roles.cloud.stop()
                 return 0, "done (cloud stopped after it finished)"
             if s is not None:
-                detail = (f"{s.clients_registered}/{s.expected_clients} clients, "
-                          f"{s.edges_connected}/{s.num_edges} edges")
-                if s.progress:  # inside the global round: each coalition's edge round
-                    detail = progress_text(s.progress)
+                edges_done = sum(1 for c in roles.edges if c.proc.poll() == 0)
                 progress.update(bar, completed=min(s.round, rounds),
-                                phase=phases.get(s.phase, "?"), detail=detail)
+                                phase=phases.get(s.phase, "?"),
+                                detail=status_text(s, edges_done))
             if args.timeout and time.monotonic() - t0 > args.timeout:
                 return 1, f"timed out after {args.timeout:.0f} s"
             stop.wait(0.5)
     return 130, "interrupted"
+
+
+def status_text(s: Any, edges_done: int = 0) -> str:
+    """The progress bar's detail for one ``Monitor.Status`` reply: while registering, clients
+    registered and edges connected; while training, edges connected and each coalition's edge
+    round (:func:`progress_text`); once done, the edges that have finished (``edges_done``:
+    edge processes that exited with code 0; an edge leaves the cloud when it is done)."""
+    from fedcure_app.protocol import cloud_pb2 as pb
+
+    edges = f"{s.edges_connected}/{s.num_edges} edges connected"
+    if s.phase == pb.StatusReply.REGISTERING:
+        return f"{s.clients_registered}/{s.expected_clients} clients, {edges}"
+    if s.phase == pb.StatusReply.DONE:
+        done = max(edges_done, s.num_edges - s.edges_connected)
+        return f"{min(done, s.num_edges)}/{s.num_edges} edges done"
+    return edges + (f" · {progress_text(s.progress)}" if s.progress else "")
 
 
 def progress_text(progress: Any) -> str:
@@ -550,4 +581,5 @@ def _report_failure(out: Path, reason: str, code: int, tail: str,
     return code if code else 1
 
 
-__all__ = ["Site", "add_run_options", "config_from_args", "register", "run", "start_roles"]
+__all__ = ["Site", "add_run_options", "config_from_args", "register", "run", "start_roles",
+           "status_text"]

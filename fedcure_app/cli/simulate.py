@@ -54,9 +54,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--config", help="TOML/JSON configuration file (CLI options override it)")
     p.add_argument("--dataset", choices=["digits", "mnist", "cifar10", "svhn", "cinic10"])
-    p.add_argument("--data-dir", help="directory holding the dataset files")
+    p.add_argument("--data-dir", help="directory holding the dataset files "
+                   "(default: $FEDCURE_DATA_DIR, else ./data)")
     p.add_argument("--method", choices=list(METHOD_PRESETS),
-                   help="one of the paper's methods (sets formation and scheduler)")
+                   help="one of the paper's methods: sets --formation and --scheduler "
+                   "(default: none, those two options decide)")
     p.add_argument("--formation", choices=["fedcure", "none", "kmeans", "meanshift",
                                            "selfish", "pareto"])
     p.add_argument("--scheduler", choices=["fedcure", "greedy", "fair", "random"])
@@ -101,11 +103,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+#: ``fedcure_app.training.DEVICES``, spelled here so that building the parser imports no torch
+#: (every ``fedcure`` command builds every sub-command's parser)
+DEVICE_CHOICES: tuple[str, ...] = ("cpu", "cuda", "auto")
+
+
 def add_device_option(p: argparse.ArgumentParser) -> None:
     """``--device {cpu,cuda,auto}`` (shared by ``simulate`` and ``experiment``)."""
-    from fedcure_app.training import DEVICES
-
-    p.add_argument("--device", choices=list(DEVICES), default="cpu",
+    p.add_argument("--device", choices=list(DEVICE_CHOICES), default="cpu",
                    help="where clients train and the global model is evaluated; auto: a CUDA "
                    "GPU when torch sees one, else the CPU (results are not bit-identical "
                    "across devices)")

@@ -76,7 +76,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="namespaces and cgroups are named <prefix><pid>-... (1-8 lowercase "
                         "letters)")
     config_defaults_help(p, _OPTIONS)
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, out="results/testbed")
 
 
 def client_profiles(cfg: FedCureConfig, mix: list[str] | None,

@@ -42,7 +42,9 @@ def find_dir(
     hint = "" if root.is_dir() else f" (directory {root} does not exist)"
     fetch = f"get the files from {url}"
     if downloadable:
-        fetch += " or pass --download where torchvision is installed"
+        key = dataset.lower().replace("-", "")
+        fetch += (f" or fetch them with `fedcure data info --dataset {key} --data-dir {root}"
+                  " --download` (needs torchvision)")
     raise MissingDatasetError(
         f"{dataset} not found{hint}: expected {expected} in one of: {where}; {fetch}"
     )

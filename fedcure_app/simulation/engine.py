@@ -382,7 +382,7 @@ def simulate(
     if executor is None:
         if cfg.run.executor != "inprocess":
             raise ValueError(
-                "the flower executor runs under `flwr run` (see README); "
+                "the flower executor runs under `flwr run` (see docs/flower.md); "
                 "use --executor inprocess here"
             )
         executor = make_executor(fed, workers, device=device)

@@ -28,8 +28,8 @@ import pytest
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("FEDCURE_ARM64_TESTS") != "1",
-    reason="arm64 tests are opt-in: FEDCURE_ARM64_TESTS=1 (.ci/run sets it; see README "
-           "'Real boards'; needs root, qemu-user-static, debootstrap, the Debian mirror and "
+    reason="arm64 tests are opt-in: FEDCURE_ARM64_TESTS=1 (.ci/run sets it; see docs/boards.md; "
+           "needs root, qemu-user-static, debootstrap, the Debian mirror and "
            "PyPI)")
 
 REPO = Path(__file__).resolve().parents[2]

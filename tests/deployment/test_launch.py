@@ -75,6 +75,21 @@ def test_launch_runs_every_round_and_leaves_results(launched):
     assert all(code == 0 for code in record["exit_codes"].values()), record["exit_codes"]
     assert set(record["pids"]) == {"cloud", *(f"edge{e}" for e in range(EDGES)),
                                    *(f"client{i}" for i in range(CLIENTS))}
+    # launch.json names every client: its partition, work folder and log
+    assert sorted(record["clients"], key=int) == [str(i) for i in range(CLIENTS)]
+    for i, c in record["clients"].items():
+        assert c["partition"] == int(i) and c["name"] == f"client-{i}"
+        assert Path(c["log"]).is_file() and Path(c["work_dir"]).is_dir()
+
+
+def test_every_client_stops_its_executor_and_supernode_without_killing_them(launched):
+    """A clean shutdown: each client's executor and SuperNode exit on SIGTERM within the
+    grace, so no client log says a child 'ignored SIGTERM'."""
+    out, done = launched
+    assert done.returncode == 0, _diagnostics(out, done)
+    for i in range(CLIENTS):
+        text = (out / "logs" / f"client{i}.log").read_text()
+        assert "ignored SIGTERM" not in text, text[-1500:]
 
 
 def test_clients_trained_on_the_edge_servers_formation_chose(launched):

@@ -149,3 +149,28 @@ def test_a_prestarted_supernode_reads_its_arguments_when_they_appear(tmp_path: P
     path.write_text(json.dumps({"not": "a list"}))
     with pytest.raises(SystemExit, match="JSON list"):
         read_argv_file(str(path))
+
+
+def test_the_supernode_wakes_the_executor_through_the_fifo_and_a_missing_reader_is_harmless(
+        tmp_path: Path):
+    import time
+
+    from client.wake import WakeReader, WakeWriter, make_fifo
+
+    fifo = make_fifo(tmp_path / "wake.fifo")
+    assert fifo is not None
+    writer = WakeWriter(fifo)
+    writer.notify()  # nobody listens yet: nothing happens, nothing raises
+    reader = WakeReader(fifo)
+    try:
+        t0 = time.monotonic()
+        assert reader.wait(0.05) is False  # no wake-up: the full wait
+        assert time.monotonic() - t0 >= 0.04
+        for _ in range(3):
+            writer.notify()
+        t0 = time.monotonic()
+        assert reader.wait(5.0) is True and time.monotonic() - t0 < 1.0
+        assert reader.wait(0.01) is False  # the three bytes were one wake-up
+    finally:
+        reader.close()
+    writer.notify()  # the reader is gone: still harmless

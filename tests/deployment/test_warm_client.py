@@ -304,3 +304,18 @@ def test_warm_client_settings_are_range_checked_from_the_environment():
                                    "FEDCURE_EXECUTOR_POLL_MAX_S": "1"})
     with pytest.raises(ConfigError):
         WarmClientConfig.from_env({}, runtime="cold")
+
+
+def test_idle_waits_stay_short_for_a_while_after_a_message_then_back_off():
+    from client.supernode import IdleClock
+
+    now = [100.0]
+    clock = IdleClock(0.01, 0.2, 0.01, sleep=lambda s: None, hot_s=2.0, hot_max_s=0.04,
+                      clock=lambda: now[0])
+    clock.pulled()
+    hot = [clock.next_idle_s() for _ in range(8)]
+    assert hot == [0.01, 0.02, 0.04, 0.04, 0.04, 0.04, 0.04, 0.04]
+    now[0] += 2.5  # no message for longer than hot_s: the ordinary back-off resumes
+    assert clock.next_idle_s() == 0.2
+    clock.pulled()
+    assert clock.next_idle_s() == 0.01

@@ -1,0 +1,176 @@
+"""Simulator against deployment: one configuration in ``fedcure simulate`` and ``fedcure testbed``.
+
+For each method (default FedCure, FedGreedy, FedFair) it runs the same configuration (device
+profiles, seed, formation, scheduler, τ_c, τ_e, K, rounds) twice: on the simulated clock, and in
+``fedcure testbed`` (root: every role in its own network namespace, client links shaped to the
+profiles' Mbit/s, client CPUs throttled by cgroup quotas to the profiles' speed at the directed
+frequency). It prints
+
+- per method and coalition: its devices, the simulator's (predicted) and the testbed's
+  (measured) mean task latency, their ratio, and each side's share of the rounds;
+- per method: the latency COV (std/mean of the task latencies) in both;
+- T̂'s error in the testbed over each coalition's tasks: T̂ (the cloud's estimate before the
+  task arrived) / measured − 1, by the coalition's task number (1st, 2nd, 3rd, ...).
+
+The devices: initial edge m's clients get preset m of ``--mix`` (as ``fedcure testbed`` does).
+A testbed client cannot compute faster than one core of this host, so a profile faster than
+that at its f_max is slowed (its cycles per sample raised) to exactly one host core, in both
+runs alike; the table says which. The simulator has no edge access caps here (the testbed
+shapes each client's own link only). The host's one-core speed is measured once and given to
+every testbed run.
+
+    sudo python3 bench/testbed.py --dataset mnist --data-dir DIR [--rounds 12] [--tau-e 3]
+        [--tau-c 30] [--max-concurrent 1] [--methods fedcure,fedgreedy,fedfair] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def build_inputs(args: argparse.Namespace, out: Path) -> tuple[Path, Path, float, list[str]]:
+    """The shared configuration file, the profiles file, the host's samples/s, and the names of
+    the profiles slowed to one host core."""
+    from fedcure_app.cli.testbed import client_profiles, host_samples_per_s
+    from fedcure_app.config import FedCureConfig, apply_flat
+    from fedcure_app.devices import parse_profile
+
+    cfg = apply_flat(FedCureConfig(), {
+        "dataset": args.dataset, "num-clients": args.clients, "num-edges": args.edges,
+        "global-rounds": args.rounds, "tau-c": args.tau_c, "tau-e": args.tau_e,
+        "max-concurrent": args.max_concurrent, "seed": args.seed, "eval-every": args.rounds,
+        "edge-access-mbps": [], **({"data-dir": args.data_dir} if args.data_dir else {})})
+    host = args.host_samples_per_s or host_samples_per_s(cfg)
+    model = cfg.data.dataset
+    profiles, slowed = [], []
+    for p in client_profiles(cfg, args.mix.split(","), None):
+        if p.f_max_ghz * 1e9 / p.cycles_for(model) > host:
+            cycles = dict(p.cycles_per_sample)
+            cycles[model] = p.f_max_ghz * 1e9 / host
+            p = parse_profile({**p.model_dump(), "cycles_per_sample": cycles})
+            slowed.append(p.name)
+        profiles.append(p)
+    prof_file = out / "profiles.json"
+    prof_file.write_text(json.dumps([p.model_dump(mode="json") for p in profiles], indent=1))
+    cfg = apply_flat(cfg, {"profiles-file": str(prof_file)})
+    cfg_file = out / "config.json"
+    cfg_file.write_text(cfg.model_dump_json(by_alias=True, indent=1))
+    return cfg_file, prof_file, host, sorted(set(slowed))
+
+
+def run(kind: str, method: str, cfg_file: Path, prof_file: Path, host: float, out: Path,
+        args: argparse.Namespace) -> dict[str, Any] | None:
+    """One ``fedcure simulate`` or ``fedcure testbed`` run; its result.json (None on failure)."""
+    run_out = out / f"{kind}-{method}"
+    argv = [sys.executable, "-m", "fedcure_app.cli", kind, "--config", str(cfg_file),
+            "--method", method, "--out", str(run_out), "--no-progress"]
+    if kind == "testbed":
+        argv += ["--edges", str(args.edges), "--clients", str(args.clients), "--profiles",
+                 str(prof_file), "--host-samples-per-s", f"{host:.6g}", "--timeout",
+                 str(args.timeout), "--no-progress"]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    t0 = time.monotonic()
+    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=args.timeout + 300)
+    print(f"{kind} {method}: exit {done.returncode} in {time.monotonic() - t0:.0f} s",
+          file=sys.stderr, flush=True)
+    result = run_out / "result.json"
+    if done.returncode != 0 or not result.is_file():
+        print((done.stderr.strip().splitlines() or ["no output"])[-1], file=sys.stderr)
+        return None
+    return json.loads(result.read_text())
+
+
+def per_coalition(result: dict[str, Any], m: int) -> dict[str, Any]:
+    recs = [r for r in result["records"] if int(r["coalition"]) == m]
+    lat = [float(r["latency_s"]) for r in recs]
+    return {"tasks": len(recs), "mean_s": float(np.mean(lat)) if lat else float("nan"),
+            "share": len(recs) / max(1, len(result["records"])),
+            "t_hat_error": [float(r["estimate_s"]) / float(r["latency_s"]) - 1 for r in recs]}
+
+
+def cov(result: dict[str, Any]) -> float:
+    lat = np.array([float(r["latency_s"]) for r in result["records"]])
+    return float(lat.std() / lat.mean()) if lat.size else float("nan")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--dataset", default="mnist")
+    p.add_argument("--data-dir")
+    p.add_argument("--edges", type=int, default=3)
+    p.add_argument("--clients", type=int, default=6)
+    p.add_argument("--rounds", type=int, default=12)
+    p.add_argument("--tau-c", type=int, default=30)
+    p.add_argument("--tau-e", type=int, default=3)
+    p.add_argument("--max-concurrent", type=int, default=1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--mix", default="rpi4,jetson-nano,laptop")
+    p.add_argument("--methods", default="fedcure,fedgreedy,fedfair")
+    p.add_argument("--host-samples-per-s", type=float, default=0.0)
+    p.add_argument("--timeout", type=float, default=900.0)
+    p.add_argument("--out", help="folder for the runs (default: a temporary one)")
+    args = p.parse_args(argv)
+    out = Path(args.out or tempfile.mkdtemp(prefix="fedcure-bench-testbed-")).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    load0 = os.getloadavg()
+    cfg_file, prof_file, host, slowed = build_inputs(args, out)
+    print(f"host: {host:.0f} {args.dataset} samples/s on one core; slowed to one host core: "
+          f"{', '.join(slowed) or 'none'}", flush=True)
+    profiles = json.loads(prof_file.read_text())
+    summary: dict[str, Any] = {"host_samples_per_s": host, "slowed": slowed, "methods": {},
+                               "load_before": load0}
+    lines = ["| method | coalition | devices | predicted s | measured s | measured/predicted "
+             "| share sim | share testbed |", "|---|---|---|---|---|---|---|---|"]
+    covs, errors = [], {}
+    for method in args.methods.split(","):
+        sim = run("simulate", method, cfg_file, prof_file, host, out, args)
+        bed = run("testbed", method, cfg_file, prof_file, host, out, args)
+        if sim is None or bed is None:
+            summary["methods"][method] = None
+            continue
+        members = {int(c["edge"]): [] for c in bed["clients"]}
+        for c in bed["clients"]:
+            members[int(c["edge"])].append(profiles[int(c["id"])]["name"])
+        rows = {}
+        for m in range(args.edges):
+            a, b = per_coalition(sim, m), per_coalition(bed, m)
+            rows[m] = {"sim": a, "testbed": b}
+            devs = "+".join(sorted(members.get(m, [])))
+            ratio = b["mean_s"] / a["mean_s"] if a["tasks"] and b["tasks"] else float("nan")
+            lines.append(f"| {method} | {m} | {devs} | {a['mean_s']:.2f} | {b['mean_s']:.2f} | "
+                         f"{ratio:.2f} | {a['share']:.2f} | {b['share']:.2f} |")
+            errors.setdefault(method, {})[m] = b["t_hat_error"]
+        covs.append(f"| {method} | {cov(sim):.3f} | {cov(bed):.3f} |")
+        summary["methods"][method] = {"coalitions": rows, "cov_sim": cov(sim),
+                                      "cov_testbed": cov(bed)}
+    print("\n".join(lines))
+    print("\n| method | latency COV simulator | latency COV testbed |\n|---|---|---|")
+    print("\n".join(covs))
+    print("\nT̂ / measured − 1 in the testbed, by the coalition's task number (1, 2, 3, ...):")
+    for method, per in errors.items():
+        for m, errs in per.items():
+            print(f"- {method}, coalition {m}: " + ", ".join(f"{e:+.0%}" for e in errs))
+    summary["load_after"] = os.getloadavg()
+    print(f"\nload average before {load0[0]:.1f}, after {summary['load_after'][0]:.1f}")
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    print(f"runs and summary.json in {out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

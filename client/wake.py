@@ -1,0 +1,114 @@
+"""Wake-on-arrival between a client's SuperNode and its warm executor: a FIFO in the work folder.
+
+Flower 1.41's SuperNode hands ClientApp tasks out only when asked (``AcquireTask`` on its Runtime
+API), so the executor polls. ``fedcure-client`` makes a FIFO (mode 0600, in its 0700 work
+folder) and names it to both in ``FEDCURE_WAKE_FIFO``: the SuperNode (:mod:`client.supernode`)
+writes one byte each time it has pulled a message and its objects, and the executor
+(:mod:`client.executor`) waits on the FIFO between polls, so it asks for the task at once instead
+of after its back-off. The poll stays as the fallback (a lost byte only costs one back-off), so
+nothing depends on the FIFO: without it, or when it cannot be opened, both behave as before.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import select
+import stat
+from pathlib import Path
+
+log = logging.getLogger("fedcure.client.wake")
+
+#: the environment variable naming the FIFO
+WAKE_ENV = "FEDCURE_WAKE_FIFO"
+
+
+def make_fifo(path: Path) -> Path | None:
+    """A fresh FIFO at ``path`` (mode 0600); None (logged) where FIFOs cannot be made."""
+    try:
+        path.unlink(missing_ok=True)
+        os.mkfifo(path, 0o600)
+    except (OSError, AttributeError) as err:  # AttributeError: no mkfifo on this platform
+        log.info("no wake FIFO (%s); the executor polls its SuperNode", err)
+        return None
+    return path
+
+
+class WakeReader:
+    """The executor's end: :meth:`wait` returns early when the SuperNode wrote."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        st = os.stat(self.path)
+        if not stat.S_ISFIFO(st.st_mode):
+            raise OSError(errno.EINVAL, f"{self.path} is not a FIFO")
+        self._fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+        # a writer of our own keeps the FIFO open, so select() never reports a permanent EOF
+        # between SuperNode writes (or before the SuperNode exists)
+        self._keep = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK)
+
+    def wait(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` seconds for a wake-up; True when one came (all pending
+        bytes are consumed)."""
+        ready, _, _ = select.select([self._fd], [], [], max(0.0, timeout_s))
+        if not ready:
+            return False
+        try:
+            while os.read(self._fd, 4096):
+                pass
+        except BlockingIOError:
+            pass
+        return True
+
+    def close(self) -> None:
+        for fd in (self._fd, self._keep):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+class WakeWriter:
+    """The SuperNode's end: :meth:`notify` writes one byte and never blocks or raises."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        self._fd: int | None = None
+
+    def notify(self) -> None:
+        try:
+            if self._fd is None:
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK)
+            os.write(self._fd, b"\x01")
+        except BlockingIOError:
+            pass  # the FIFO is full: the executor has wake-ups pending already
+        except OSError:  # no reader yet (ENXIO), reader gone (EPIPE), FIFO removed
+            if self._fd is not None:
+                try:
+                    os.close(self._fd)
+                except OSError:
+                    pass
+                self._fd = None
+
+
+def reader_from_env(env: dict[str, str] | None = None) -> WakeReader | None:
+    """The executor's :class:`WakeReader` when ``FEDCURE_WAKE_FIFO`` names a FIFO, else None."""
+    path = (os.environ if env is None else env).get(WAKE_ENV)
+    if not path:
+        return None
+    try:
+        return WakeReader(path)
+    except OSError as err:
+        log.warning("wake FIFO %s unusable (%s); polling the SuperNode", path, err)
+        return None
+
+
+def writer_from_env(env: dict[str, str] | None = None) -> WakeWriter | None:
+    """The SuperNode's :class:`WakeWriter` when ``FEDCURE_WAKE_FIFO`` is set, else None."""
+    path = (os.environ if env is None else env).get(WAKE_ENV)
+    return WakeWriter(path) if path else None
+
+
+__all__ = ["WAKE_ENV", "WakeReader", "WakeWriter", "make_fifo", "reader_from_env",
+           "writer_from_env"]
