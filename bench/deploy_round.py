@@ -66,6 +66,94 @@ GOAL_MEDIAN_S, GOAL_P95_S = 0.15, 0.4
 
 #: CPU seconds the last launch's process tree used (every role, Flower's processes included)
 LAST_CPU_S = [0.0]
+#: ... and per kind of process from the first edge round on (sampled from /proc every 0.25 s)
+LAST_CPU_BY_KIND: dict[str, float] = {}
+#: process kind by a piece of its command line (first match wins)
+KINDS = (("flower-superlink", "SuperLink"), ("flwr-serverapp", "edge ServerApp"),
+         ("client.supernode", "SuperNode"), ("flower-supernode", "SuperNode"),
+         ("client.executor", "executor"), ("client.trainer", "trainer"),
+         ("flower-superexec", "executor"), ("flwr-clientapp", "trainer"),
+         ("cloud_server", "cloud"), ("edge_server", "edge role"), ("client.cli", "client role"),
+         ("fedcure-client", "client role"))
+
+
+class CpuSampler:
+    """CPU seconds of every process under ``root`` (Linux /proc), sampled in a thread."""
+
+    def __init__(self, root: int, every_s: float = 0.25, trace_dir: Path | None = None) -> None:
+        import threading
+
+        self.root = root
+        self.trace_dir = trace_dir
+        #: per-process CPU seconds when the first edge round started (start-up before it)
+        self.at_first_round: dict[int, float] | None = None
+        self.every_s = every_s
+        self.cpu: dict[int, tuple[str, float]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._tick = os.sysconf("SC_CLK_TCK")
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        parent: dict[int, int] = {}
+        ticks: dict[int, float] = {}
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    rest = f.read().rsplit(")", 1)[1].split()
+                parent[int(d)] = int(rest[1])
+                ticks[int(d)] = (int(rest[11]) + int(rest[12])) / self._tick
+            except (OSError, IndexError, ValueError):
+                continue
+        mine = {self.root}
+        changed = True
+        while changed:
+            changed = False
+            for pid, ppid in parent.items():
+                if ppid in mine and pid not in mine:
+                    mine.add(pid)
+                    changed = True
+        for pid in mine:
+            if pid not in ticks:
+                continue
+            kind = self.cpu.get(pid, ("", 0.0))[0]
+            if not kind:
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+                except OSError:
+                    continue
+                kind = next((k for part, k in KINDS if part in cmd), "launch/other")
+            self.cpu[pid] = (kind, max(ticks[pid], self.cpu.get(pid, ("", 0.0))[1]))
+
+    def _first_round_started(self) -> bool:
+        if self.trace_dir is None or not self.trace_dir.is_dir():
+            return False
+        return any("edge.round_start" in p.read_text(errors="replace")
+                   for p in self.trace_dir.glob("edge*.jsonl"))
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._sample()
+            if self.at_first_round is None and self._first_round_started():
+                self.at_first_round = {pid: s for pid, (_, s) in self.cpu.items()}
+            self._stop.wait(self.every_s)
+
+    def by_kind(self, rounds_only: bool = False) -> dict[str, float]:
+        """CPU seconds per process kind; ``rounds_only``: since the first edge round began."""
+        base = (self.at_first_round or {}) if rounds_only else {}
+        out: dict[str, float] = {}
+        for pid, (kind, seconds) in self.cpu.items():
+            out[kind] = out.get(kind, 0.0) + seconds - base.get(pid, 0.0)
+        return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
 def _children_cpu_s() -> float:
@@ -93,14 +181,29 @@ def launch(out: Path, runtime: str, dataset: str, data_dir: str | None, args: ar
                    "PYTHONPATH")])]))  # every role, Flower's own processes too, runs this tree
     t0 = time.monotonic()
     cpu0 = _children_cpu_s()
-    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=args.timeout + 120)
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err,
+                                text=True)
+        sampler = CpuSampler(proc.pid, trace_dir=out / "trace")
+        sampler.start()
+        try:
+            code = proc.wait(timeout=args.timeout + 120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise
+        finally:
+            sampler.stop()
+        err.seek(0)
+        stderr = err.read()
     wall = time.monotonic() - t0
     LAST_CPU_S[0] = _children_cpu_s() - cpu0
-    if done.returncode != 0:
+    LAST_CPU_BY_KIND.clear()
+    LAST_CPU_BY_KIND.update(sampler.by_kind(rounds_only=True))
+    if code != 0:
         # the rounds it finished still count; the table says the run did not complete
-        print(f"fedcure launch ({runtime}, {dataset}) failed with code {done.returncode}: "
-              f"{(done.stderr.strip().splitlines() or ['no output'])[-1]}", flush=True)
+        print(f"fedcure launch ({runtime}, {dataset}) failed with code {code}: "
+              f"{(stderr.strip().splitlines() or ['no output'])[-1]}", flush=True)
         return -wall
     return wall
 
@@ -192,7 +295,8 @@ def _rounds_bench(args: argparse.Namespace, out: Path, busy: Any) -> int:
                 wall = -float(args.timeout)
             got = collect(run_out)
             got.update(dataset=dataset, runtime=runtime, launch_wall_s=wall,
-                       load_at_start=load, cpu_s=LAST_CPU_S[0])
+                       load_at_start=load, cpu_s=LAST_CPU_S[0],
+                       cpu_by_kind=dict(LAST_CPU_BY_KIND))
             results["runs"].append(got)
             print(f"{dataset:6s} {runtime:6s} launch {wall:6.1f} s, {got['rounds']} edge rounds",
                   flush=True)
@@ -242,6 +346,9 @@ def _rounds_bench(args: argparse.Namespace, out: Path, busy: Any) -> int:
                   f"(load average {r['load_at_start']:.2f} at start; the launch's processes "
                   f"used {r['cpu_s']:.1f} CPU s, {r['cpu_s'] / max(1, r['rounds']):.2f} per "
                   "edge round)")
+            n = max(1, r["rounds"])
+            print("CPU seconds per edge round by process kind (from the first edge round on): "
+                  + ", ".join(f"{k} {v / n:.3f}" for k, v in r.get("cpu_by_kind", {}).items()))
             print(format_table([HopStats(**h) for h in r["hops"]["messages"]],
                                [HopStats(**h) for h in r["hops"]["rounds"]]))
     print(f"\nresults in {out / 'deploy_round.json'}")

@@ -281,6 +281,9 @@ def start_supernode(argv: list[str], work: Path, env: dict[str, str], stop: thre
         stop.wait(1.0)
 
 
+#: seconds between the client's asks whether training is over (``Monitor.Status``): each ask
+#: costs the client and the cloud CPU that an edge round on the same host would use
+STATUS_EVERY_S = 2.0
 #: where ``fedcure-client`` writes the SuperNode's Runtime API address for an executor started
 #: before the SuperNode (in its work directory)
 RUNTIME_ADDRESS_FILE = "runtime-api-address"
@@ -366,6 +369,7 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
                            tls_key=args.tls_key, insecure=args.insecure)
     supernode: Child | None = None
     executor: Child | None = None
+    reg: Any = None
     try:
         assoc = pb_grpc.AssociationStub(channel)
         reply = claim(assoc, args, name, stop)
@@ -424,6 +428,7 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
         restarts = 0
         monitor = pb_grpc.MonitorStub(channel)
         lost_since: float | None = None
+        asked_at = -float("inf")
         import grpc
 
         while not stop.is_set():
@@ -440,6 +445,10 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
                             reg.client_id, executor.proc.returncode)
                 executor.stop(grace_s=1.0)
                 executor = start_executor(work, port, env, data_file)
+            if time.monotonic() - asked_at < STATUS_EVERY_S:
+                stop.wait(0.5)
+                continue
+            asked_at = time.monotonic()
             try:
                 status = monitor.Status(pb.StatusRequest(), timeout=5.0)
                 lost_since = None
@@ -460,7 +469,15 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
         log.info("stopping on request")
         return 0
     finally:
-        stop_children([c for c in (executor, supernode) if c is not None])
+        # asked to stop (SIGTERM: compose allows 10 s in all), or the run is over (nothing waits
+        # for this client, and a loaded machine may need longer to shut Flower's SuperNode down)
+        stop_children([c for c in (executor, supernode) if c is not None],
+                      CHILD_STOP_GRACE_S if stop.is_set() else RUN_END_GRACE_S)
+        if args.cpufreq == "cgroup" and reg is not None:
+            # a trainer stopped by a signal leaves its (now empty) cgroup behind
+            from fedcure_app.devices.cgroup import remove_cgroups
+
+            remove_cgroups(f"{args.cgroup_prefix}-client{reg.client_id}-")
         channel.close()
 
 
@@ -469,6 +486,10 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
 #: (client.executor.stoppable_retries); the SuperNode's HTTP server shuts down gracefully, which
 #: took over 3 s on a loaded 2-core machine.
 CHILD_STOP_GRACE_S = 8.0
+#: the same once the run is over and the client ends on its own (s): the SuperNode's graceful
+#: exit has taken over 8 s on a machine with a load average of 25 (its own force-exit timer is
+#: 5 s, started only once its exit handlers run); fedcure launch waits 60 s for clients to end
+RUN_END_GRACE_S = 30.0
 
 
 def stop_children(children: list[Any], grace_s: float = CHILD_STOP_GRACE_S) -> None:

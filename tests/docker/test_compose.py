@@ -310,6 +310,9 @@ def _check_run(containers: list[dict[str, Any]], logs: str, results: Path, round
     assert len(by_service["client"]) == CLIENTS, f"{by_service['client']}\n{tail}"
     bad = [c for c in containers if c["status"] != "exited" or c["exit"] != 0]
     assert not bad, f"containers that did not exit 0: {bad}\n{tail}"
+    # a clean shutdown: every client's executor and SuperNode ended on SIGTERM, none was killed
+    killed = [ln for ln in logs.splitlines() if "ignored SIGTERM" in ln]
+    assert not killed, "\n".join(killed)
 
     result = json.loads((results / "result.json").read_text())
     assert result["mode"] == "deployment" and result["complete"] is True, tail
