@@ -472,11 +472,60 @@ class LiveWatchers:
         """Stop watching; the number of scrapes."""
         self._stop.set()
         n = self.scrapes()
+        self.prometheus_cpu_s = _cpu_seconds(self.prometheus.pid) if self.prometheus else 0.0
         if self.prometheus is not None and self.prometheus.poll() is None:
             self.prometheus.terminate()
             self.prometheus.wait(30)
         self._thread.join(5)
         return n
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a live process (0 when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CloudCpu:
+    """The CPU seconds of a launch's cloud process (found by its ``--out`` folder), sampled
+    every half second from /proc until :meth:`stop`; the last sample before it exited."""
+
+    def __init__(self, out: Path) -> None:
+        import threading
+
+        self.out = str(out)
+        self.cpu_s = 0.0
+        self._pid: int | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _find(self) -> int | None:
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                cmd = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"cloud_server.cli" in cmd and self.out.encode() in cmd:
+                return int(entry.name)
+        return None
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5):
+            if self._pid is None:
+                self._pid = self._find()
+            elif (cpu := _cpu_seconds(self._pid)) > 0:
+                self.cpu_s = cpu
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._thread.join(5)
+        return self.cpu_s
 
 
 def _free_port() -> int:
@@ -507,19 +556,25 @@ def live_bench(args: argparse.Namespace, out: Path) -> int:
                         watchers = LiveWatchers(port, out / f"{name}-watch")
                         extra = ["--dashboard", f"127.0.0.1:{port}"]
                     load0 = os.getloadavg()[0]
+                    cloud_cpu = CloudCpu(run_out)
                     try:
                         wall = launch(run_out, "warm", "digits", None, args, extra=extra)
                     finally:
                         scrapes = watchers.stop() if watchers is not None else 0
+                        cpu = cloud_cpu.stop()
                     got = collect(run_out)
                     got.update(mode=mode, loaded=loaded, pair=i, launch_wall_s=wall,
                                load_at_start=load0, scrapes=scrapes,
                                events=watchers.events if watchers else 0,
                                event_bytes=watchers.bytes if watchers else 0,
-                               page_ok=watchers.page_ok if watchers else None)
+                               page_ok=watchers.page_ok if watchers else None,
+                               prometheus_cpu_s=watchers.prometheus_cpu_s if watchers else 0.0,
+                               cloud_cpu_s=cpu)
                     results["runs"].append(got)
                     print(f"{name}: launch {wall:6.1f} s, {got['rounds']} edge rounds"
-                          + (f", {got['events']} events read, {scrapes} scrapes"
+                          + f", cloud {cpu:.1f} CPU s"
+                          + (f", {got['events']} events read, {scrapes} scrapes, "
+                             f"Prometheus {got['prometheus_cpu_s']:.1f} CPU s"
                              if watchers else ""), flush=True)
         finally:
             if hog is not None:
@@ -530,7 +585,8 @@ def live_bench(args: argparse.Namespace, out: Path) -> int:
           f"{args.rounds} tasks x tau_e {args.tau_e}, digits, warm runtime, {args.pairs} "
           "pairs pooled)")
     head = (f"{'host':6s} {'live view':9s} {'rounds':>6s} {'wall med':>9s} {'ovh med':>8s} "
-            f"{'ovh p95':>8s} {'events':>7s} {'scrapes':>7s}")
+            f"{'ovh p95':>8s} {'cloud CPU/round':>15s} {'events':>7s} {'scrapes':>7s} "
+            f"{'Prom CPU':>8s}")
     print(head)
     print("-" * len(head))
     ok = True
@@ -544,8 +600,13 @@ def live_bench(args: argparse.Namespace, out: Path) -> int:
             wm, _ = _stats(wall)
             om, op = _stats(ovh)
             med[mode] = om
+            done = [r for r in runs if r["rounds"]]
+            cpu = (sum(r.get("cloud_cpu_s", 0.0) for r in done)
+                   / max(1, sum(r["rounds"] for r in done)))
             print(f"{host:6s} {mode:9s} {len(ovh):6d} {wm:9.3f} {om:8.3f} {op:8.3f} "
-                  f"{sum(r['events'] for r in runs):7d} {sum(r['scrapes'] for r in runs):7d}")
+                  f"{cpu:13.3f} s {sum(r['events'] for r in runs):7d} "
+                  f"{sum(r['scrapes'] for r in runs):7d} "
+                  f"{sum(r.get('prometheus_cpu_s', 0.0) for r in runs):6.1f} s")
         change = (med["on"] - med["off"]) / med["off"] if med["off"] > 0 else float("nan")
         within = abs(change) <= 0.05 or med["on"] <= med["off"]
         ok = ok and within

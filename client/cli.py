@@ -369,6 +369,7 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
                            tls_key=args.tls_key, insecure=args.insecure)
     supernode: Child | None = None
     executor: Child | None = None
+    reg: Any = None
     try:
         assoc = pb_grpc.AssociationStub(channel)
         reply = claim(assoc, args, name, stop)
@@ -472,6 +473,11 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
         # for this client, and a loaded machine may need longer to shut Flower's SuperNode down)
         stop_children([c for c in (executor, supernode) if c is not None],
                       CHILD_STOP_GRACE_S if stop.is_set() else RUN_END_GRACE_S)
+        if args.cpufreq == "cgroup" and reg is not None:
+            # a trainer stopped by a signal leaves its (now empty) cgroup behind
+            from fedcure_app.devices.cgroup import remove_cgroups
+
+            remove_cgroups(f"{args.cgroup_prefix}-client{reg.client_id}-")
         channel.close()
 
 

@@ -205,8 +205,14 @@ class Child:
 
     ``stop()`` SIGTERMs the process, waits ``grace_s``, SIGKILLs it if needed, then stops every
     descendant seen before or during (by PID). The descendant list is refreshed by
-    :meth:`remember_descendants`, which :meth:`poll` calls.
+    :meth:`remember_descendants`, which :meth:`poll` calls at most every
+    :attr:`descendants_every_s` seconds (each refresh reads every process's /proc entry, and the
+    roles poll their children twice a second: unthrottled, those scans took more CPU than the
+    clients' training in a deployed edge round on a busy host) and :meth:`stop` calls first.
     """
+
+    #: least seconds between two descendant scans from :meth:`poll`
+    descendants_every_s = 2.0
 
     def __init__(self, name: str, argv: Sequence[str], *, log_path: str | Path | None = None,
                  env: Mapping[str, str] | None = None, cwd: str | Path | None = None,
@@ -217,6 +223,7 @@ class Child:
         self.log_path = Path(log_path) if log_path is not None else None
         self._log: IO[str] | None = None
         self._seen: set[int] = set()
+        self._scanned_at = -float("inf")
         self._pump: threading.Thread | None = None
         stdout: int | IO[str] = subprocess.DEVNULL
         if on_line is not None:
@@ -266,11 +273,12 @@ class Child:
     def poll(self) -> int | None:
         """The exit code, or None while it runs (and remember its descendants)."""
         code = self.proc.poll()
-        if code is None:
+        if code is None and time.monotonic() - self._scanned_at >= self.descendants_every_s:
             self.remember_descendants()
         return code
 
     def remember_descendants(self) -> None:
+        self._scanned_at = time.monotonic()
         self._seen.update(descendants(self.proc.pid))
 
     def tail(self, lines: int = 15) -> str:

@@ -131,3 +131,27 @@ def test_flowers_supernode_log_lines_become_events(tmp_path: Path,
     got = [(e["ev"], e["key"]) for e in tracing.load_events(tmp_path)]
     assert got == [("sn.receive", "ab12"), ("sn.received", "ab12"), ("sn.sending", "cd34"),
                    ("sn.sent", "cd34")]
+
+
+def test_the_supernode_log_lines_the_tracer_reads_are_still_flowers():
+    """Tracing reads the pinned Flower's SuperNode log lines; this fails when Flower changes them
+    (the hop table would lose its SuperNode events, nothing else)."""
+    import inspect
+
+    from flwr.supernode import start_client_internal
+
+    from fedcure_app.object_pulls import SUPPORTED, version_problem
+
+    assert version_problem(None, SUPPORTED) is None
+    source = inspect.getsource(start_client_internal)
+    for text in ('"Receiving: %s message (ID: %s)"', '"Received successfully"',
+                 '"Sending: %s message (ID: %s)"', '"Sent successfully"'):
+        assert text in source, text
+
+
+def test_the_executors_first_heartbeat_comes_well_before_flower_expires_the_task():
+    from flwr.common.constant import HEARTBEAT_DEFAULT_INTERVAL, HEARTBEAT_PATIENCE
+
+    from client.executor import HEARTBEAT_DELAY_S
+
+    assert HEARTBEAT_DELAY_S <= HEARTBEAT_DEFAULT_INTERVAL * HEARTBEAT_PATIENCE / 4

@@ -1,0 +1,47 @@
+"""Child processes: descendant scans are throttled in poll() and still complete in stop()."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+
+import fedcure_app.processes as processes
+from fedcure_app.processes import Child, alive, descendants
+
+
+def test_poll_scans_proc_at_most_every_few_seconds(monkeypatch: pytest.MonkeyPatch):
+    calls = []
+    real = processes.descendants
+    monkeypatch.setattr(processes, "descendants", lambda pid: calls.append(pid) or real(pid))
+    child = Child("sleeper", [sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        for _ in range(20):
+            assert child.poll() is None
+        assert len(calls) == 1  # one /proc scan for twenty polls
+        child._scanned_at -= Child.descendants_every_s
+        child.poll()
+        assert len(calls) == 2
+    finally:
+        child.stop(grace_s=1.0)
+
+
+def test_stop_still_ends_a_grandchild_started_between_scans():
+    code = ("import subprocess, sys, time; "
+            "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+            "time.sleep(60)")
+    child = Child("parent", [sys.executable, "-c", code])
+    try:
+        child.poll()  # scanned before the grandchild exists (most likely)
+        end = time.monotonic() + 20
+        while not descendants(child.pid) and time.monotonic() < end:
+            time.sleep(0.05)
+        grandchildren = descendants(child.pid)
+        assert grandchildren
+    finally:
+        child.stop(grace_s=1.0)
+    deadline = time.monotonic() + 10
+    while any(alive(p) for p in grandchildren) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(alive(p) for p in grandchildren)
