@@ -181,7 +181,7 @@ def config_of(reply: Any, args: argparse.Namespace) -> Any:
 
 def build_node_data(cfg: Any, index: int, name: str) -> Any:
     """This client's samples, label counts, initial ES and device profile (as simulate has)."""
-    from fedcure_app.app_config import partition_for, profiles_for
+    from fedcure_app.federation import partition_for, profiles_for
     from fedcure_app.data import load_dataset
     from fedcure_app.node_data import NodeData
 

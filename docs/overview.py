@@ -28,7 +28,7 @@ def shares(counts: np.ndarray, assignment: np.ndarray, m: int) -> np.ndarray:
 
 
 def main(result_path: str, out_path: str) -> Path:
-    from fedcure_app.app_config import partition_for
+    from fedcure_app.federation import partition_for
     from fedcure_app.config import FedCureConfig
     from fedcure_app.core.coalition import form_coalitions
     from fedcure_app.core.divergence import average_pairwise_jsd

@@ -164,34 +164,6 @@ def client_fingerprint(cfg: FedCureConfig) -> str:
     return hashlib.blake2b(repr(client_key(cfg)).encode(), digest_size=8).hexdigest()
 
 
-def partition_for(cfg: FedCureConfig, dataset: Any) -> Any:
-    """The client partition of ``cfg`` over ``dataset`` (shared by the engine and the Flower apps)."""
-    from fedcure_app.data.partition import partition_dataset
-
-    fed = cfg.federation
-    return partition_dataset(
-        dataset.y_train, fed.num_clients, fed.num_edges, cfg.data.partition,
-        seed=cfg.run.seed, alpha=cfg.data.dirichlet_alpha,
-        shards_per_client=cfg.data.shards_per_client,
-        classes_per_edge=cfg.data.classes_per_edge, num_classes=dataset.num_classes,
-    )
-
-
-def profiles_for(cfg: FedCureConfig) -> list:
-    """The simulated device profile of every client (shared by the engine and the Flower apps)."""
-    from fedcure_app.devices import load_profiles, sample_population
-
-    n = cfg.federation.num_clients
-    if cfg.devices.profiles_file:
-        profiles = load_profiles(cfg.devices.profiles_file)
-        if len(profiles) < n:
-            rng = np.random.default_rng(cfg.run.seed)
-            profiles = [profiles[i] for i in rng.integers(0, len(profiles), n)]
-    else:
-        profiles = sample_population(n, seed=cfg.run.seed, mix=cfg.devices.mix)
-    return list(profiles[:n])
-
-
 def default_run_config() -> dict[str, Any]:
     """A complete flat run config with every knob at its default (for tests and helpers).
 
@@ -222,5 +194,5 @@ __all__ = [
     "APP_OPTION_DEFAULTS", "AppOptions", "app_options", "client_fingerprint", "client_key",
     "run_config_from_config",
     "config_from_run_config", "data_key",
-    "default_run_config", "partition_for", "profiles_for",
+    "default_run_config",
 ]

@@ -50,10 +50,9 @@ from fedcure_app.app_config import (
     client_fingerprint,
     client_key,
     config_from_run_config,
-    partition_for,
-    profiles_for,
 )
 from fedcure_app.config import FedCureConfig
+from fedcure_app.federation import partition_for, profiles_for
 from fedcure_app.devices import DEFAULT_CPU_ROOT, FrequencyActuator, make_actuator
 from fedcure_app.models import build_model, get_weights, set_weights, weight_shapes
 from fedcure_app.packing import is_packed, pack, unpack

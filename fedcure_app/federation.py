@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from typing import Any
+
 import numpy as np
 
 from fedcure_app.config import ConfigError, FedCureConfig
@@ -83,6 +85,34 @@ def simulation_only_knobs(cfg: FedCureConfig) -> list[str]:
     return out
 
 
+def partition_for(cfg: FedCureConfig, dataset: Any) -> Any:
+    """The client partition of ``cfg`` over ``dataset`` (one builder for the engine, the Flower apps and the roles)."""
+    from fedcure_app.data.partition import partition_dataset
+
+    fed = cfg.federation
+    return partition_dataset(
+        dataset.y_train, fed.num_clients, fed.num_edges, cfg.data.partition,
+        seed=cfg.run.seed, alpha=cfg.data.dirichlet_alpha,
+        shards_per_client=cfg.data.shards_per_client,
+        classes_per_edge=cfg.data.classes_per_edge, num_classes=dataset.num_classes,
+    )
+
+
+def profiles_for(cfg: FedCureConfig) -> list:
+    """The simulated device profile of every client (one builder for the engine, the Flower apps and the roles)."""
+    from fedcure_app.devices import load_profiles, sample_population
+
+    n = cfg.federation.num_clients
+    if cfg.devices.profiles_file:
+        profiles = load_profiles(cfg.devices.profiles_file)
+        if len(profiles) < n:
+            rng = np.random.default_rng(cfg.run.seed)
+            profiles = [profiles[i] for i in rng.integers(0, len(profiles), n)]
+    else:
+        profiles = sample_population(n, seed=cfg.run.seed, mix=cfg.devices.mix)
+    return list(profiles[:n])
+
+
 def build_strategy(cfg: FedCureConfig, coalitions: list[list[int]], client_samples: np.ndarray,
                    population: PopulationArrays, prior_latency_s: np.ndarray,
                    initial_arrays: list[np.ndarray], *, deployed: bool) -> FedCureStrategy:
@@ -111,5 +141,6 @@ def build_strategy(cfg: FedCureConfig, coalitions: list[list[int]], client_sampl
     )
 
 
-__all__ = ["build_strategy", "coalitions_of", "form", "prior_latency", "samples_per_round",
+__all__ = ["build_strategy", "coalitions_of", "form", "partition_for", "prior_latency",
+           "profiles_for", "samples_per_round",
            "simulation_only_knobs"]

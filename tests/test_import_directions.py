@@ -25,7 +25,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 LIBRARY = "fedcure_app"
 ROLES = ("cloud_server", "edge_server", "client")
-DRIVERS = ("fedcure_app.simulation", "fedcure_app.experiments", "fedcure_app.cli")
+DRIVERS = ("fedcure_app.simulation", "fedcure_app.experiments", "fedcure_app.cli",
+           "fedcure_app.flower_run")
+#: The Flower run-config module: the simulation builds its federation without it
+#: (fedcure_app.federation is the one builder; docs/DESIGN.md).
+FLOWER_CONFIG = "fedcure_app.app_config"
+SIMULATION = "fedcure_app.simulation"
 CORE = "fedcure_app.core"
 CORE_MAY_IMPORT = frozenset({"numpy", "scipy", "sklearn"})
 
@@ -121,6 +126,8 @@ def direction_violations(modules: dict[str, Module], edges: list[Edge]) -> list[
             bad.append(f"a role imports another role: {e.where()}")
         if src in ROLES and any(_within(e.target, d) for d in DRIVERS):
             bad.append(f"a role imports a driver: {e.where()}")
+        if _within(e.source, SIMULATION) and _within(e.target, FLOWER_CONFIG):
+            bad.append(f"the simulation imports the Flower run config: {e.where()}")
         if _within(e.source, CORE) and not _within(e.target, CORE):
             top = _top(e.target)
             if top not in sys.stdlib_module_names and top not in CORE_MAY_IMPORT:
@@ -202,6 +209,17 @@ def test_imports_point_down_only(project):
     modules, edges = project
     bad = direction_violations(modules, edges)
     assert not bad, "imports that point the wrong way:\n" + "\n".join(bad)
+
+
+def test_the_federation_has_one_builder(project):
+    modules, edges = project
+    assert "fedcure_app.simulation.flower_run" not in modules
+    assert not [e.where() for e in edges
+                if _within(e.source, SIMULATION) and _within(e.target, FLOWER_CONFIG)]
+    from fedcure_app import app_config, federation
+
+    assert callable(federation.partition_for) and callable(federation.profiles_for)
+    assert not hasattr(app_config, "partition_for") and not hasattr(app_config, "profiles_for")
 
 
 def test_no_import_cycles_but_the_known_ones(project):

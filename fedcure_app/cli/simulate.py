@@ -163,7 +163,7 @@ def _run_on_flower(cfg: FedCureConfig, out: Path) -> dict[str, Any]:
     """The same run with real Flower ClientApps on virtual SuperNodes (Flower's Simulation
     Runtime, Ray); the ServerApp writes ``out/result.json`` and the plots itself."""
     from fedcure_app.app_config import run_config_from_config
-    from fedcure_app.simulation.flower_run import run_flower_simulation
+    from fedcure_app.flower_run import run_flower_simulation
 
     rc = run_config_from_config(cfg)
     rc["out-dir"] = str(out.resolve())

@@ -89,7 +89,7 @@ def client_profiles(cfg: FedCureConfig, mix: list[str] | None,
     if profiles_file:
         loaded = load_profiles(profiles_file)
         return [loaded[i % len(loaded)] for i in range(n)]
-    from fedcure_app.app_config import partition_for
+    from fedcure_app.federation import partition_for
     from fedcure_app.data import load_dataset
 
     assert mix

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedcure_app.app_config import partition_for
+from fedcure_app.federation import partition_for
 from fedcure_app.config import apply_flat
 from fedcure_app.core.coalition import form_coalitions
 from fedcure_app.data.plot import plot_label_distribution

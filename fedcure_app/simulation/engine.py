@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedcure_app.app_config import partition_for, profiles_for
+from fedcure_app.federation import partition_for, profiles_for
 from fedcure_app.config import FedCureConfig
 from fedcure_app.core.coalition import FormationResult
 from fedcure_app.core.divergence import average_pairwise_jsd, coalition_label_counts

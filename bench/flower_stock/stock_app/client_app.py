@@ -21,7 +21,7 @@ _DATA: dict[tuple, list[tuple[torch.Tensor, torch.Tensor]]] = {}
 def client_data(run_config) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Every client's (x, y) of the FedCure partition described by the run config (cached)."""
     from fedcure_app.config import FedCureConfig, apply_flat
-    from fedcure_app.app_config import partition_for
+    from fedcure_app.federation import partition_for
     from fedcure_app.data import load_dataset
 
     key = (run_config["dataset"], run_config["data-dir"], int(run_config["num-clients"]),
