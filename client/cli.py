@@ -8,7 +8,7 @@
 1. Claims its partition (``Association.Claim``, keyed by ``--name``, default
    ``<hostname>-<pid>``; ``--partition-id`` asks for a given one) and gets the cloud's
    configuration, from which it computes exactly the partition ``fedcure simulate`` would
-   (:func:`fedcure_app.app_config.partition_for`), its label counts, its initial ES and its
+   (:func:`fedcure_app.federation.partition_for`), its label counts, its initial ES and its
    simulated device profile.
 2. Registers (``Association.Register``; it answers once coalition formation has run and the
    chosen ES is up) and learns its client id and its ES's address.

@@ -149,7 +149,8 @@ def test_prometheus_scrapes_the_cloud_and_promql_sees_the_global_version(launche
 
 
 #: what the page shows, read from its DOM
-PAGE = """({
+PAGE = """(document.readyState !== 'complete' || !document.body
+            || !document.getElementById('version')) ? null : ({
   round: document.body.dataset.round === undefined ? null : +document.body.dataset.round,
   version: document.getElementById('version').textContent,
   phase: document.body.dataset.phase || null,
@@ -190,10 +191,14 @@ def test_the_page_in_chromium_follows_the_run_as_monitor_status_reports_it(launc
                 break
             try:
                 before = launched.status()
-                page = browser.evaluate(PAGE)
+                shown = browser.evaluate(PAGE)
                 after = launched.status()
             except grpc.RpcError:
                 break  # the cloud is gone: the run ended
+            if shown is None:  # still loading (slow on a busy machine)
+                time.sleep(0.2)
+                continue
+            page = shown
             now = time.monotonic()
             for s in (before, after):
                 seen.append((now, {p.coalition: ", ".join(str(c) for c in p.training_client_ids)

@@ -13,10 +13,9 @@ from fedcure_app.app_config import (
     client_fingerprint,
     config_from_run_config,
     default_run_config,
-    partition_for,
-    profiles_for,
 )
 from fedcure_app.config import ConfigError, FedCureConfig, flat_keys
+from fedcure_app.federation import partition_for, profiles_for
 from fedcure_app.server_app import resolve_out_dir, simulation_config
 
 PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
