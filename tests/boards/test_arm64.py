@@ -132,7 +132,7 @@ def _launch_args(out: Path) -> argparse.Namespace:
 def federation(arm64_root: Path, tmp_path_factory: pytest.TempPathFactory):
     """Cloud and edge native, 2 clients in the arm64 tree, TLS on loopback; the run's folder."""
     from fedcure_app.cli import main as fedcure_main
-    from fedcure_app.cli.launch import _security_flags, _wait_listening, config_from_args
+    from fedcure_app.cli.launch import Site, _security_flags, _wait_listening, config_from_args
     from fedcure_app.processes import Child, free_port
 
     out = tmp_path_factory.mktemp("arm64")
@@ -155,7 +155,7 @@ def federation(arm64_root: Path, tmp_path_factory: pytest.TempPathFactory):
             "--config", str(out / "config.json"), "--out", str(out), "--register-timeout",
             str(RUN_TIMEOUT_S), *_security_flags(args.tls_dir, "cloud")],
             log_path=logs / "cloud.log", env=env)
-        _wait_listening(children["cloud"], "127.0.0.1", cloud_port)
+        _wait_listening(children["cloud"], Site(), "127.0.0.1", cloud_port)
         children["edge0"] = Child("edge0", [
             sys.executable, "-m", "edge_server.cli", "--cloud", cloud_addr, "--edge-id", "0",
             "--listen", f"127.0.0.1:{free_port()}", "--work-dir", str(work / "edge0"),
