@@ -12,6 +12,15 @@ frequency). It prints
 - T̂'s error in the testbed over each coalition's tasks: T̂ (the cloud's estimate before the
   task arrived) / measured − 1, by the coalition's task number (1st, 2nd, 3rd, ...).
 
+The simulator's latency model has compute and transfers only; a deployment adds its messaging
+(Flower's SuperLink, SuperNodes and executors, the edge's aggregation) to every edge round. The
+bench measures that term first, in a calibration pair of runs of its own (``--calibration-method``,
+default FedFair, seed + 1, ``--calibration-rounds`` rounds): the testbed's mean task latency minus
+the simulator's, per coalition, divided by τ_e, averaged over the calibration's tasks. Every
+compared run then has it as ``edge-round-overhead-s`` (the simulator adds τ_e times it to each
+task, the cloud's latency prior too). ``--edge-round-overhead S`` skips the calibration;
+``--edge-round-overhead 0`` compares against the paper's model alone.
+
 The devices: initial edge m's clients get preset m of ``--mix`` (as ``fedcure testbed`` does).
 A testbed client cannot compute faster than one core of this host, so a profile faster than
 that at its f_max is slowed (its cycles per sample raised) to exactly one host core, in both
@@ -21,6 +30,7 @@ every testbed run.
 
     sudo python3 bench/testbed.py --dataset mnist --data-dir DIR [--rounds 12] [--tau-e 3]
         [--tau-c 30] [--max-concurrent 1] [--methods fedcure,fedgreedy,fedfair] [--out DIR]
+        [--mix rpi4,laptop,laptop] [--edge-round-overhead S]
 """
 
 from __future__ import annotations
@@ -41,18 +51,23 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def build_inputs(args: argparse.Namespace, out: Path) -> tuple[Path, Path, float, list[str]]:
-    """The shared configuration file, the profiles file, the host's samples/s, and the names of
-    the profiles slowed to one host core."""
+def build_inputs(args: argparse.Namespace, out: Path, overhead_s: float = 0.0,
+                 seed: int | None = None, rounds: int | None = None
+                 ) -> tuple[Path, Path, float, list[str]]:
+    """The shared configuration file (in ``out``), the profiles file, the host's samples/s, and
+    the names of the profiles slowed to one host core; ``overhead_s``: the deployment's
+    messaging per edge round (s); ``seed``/``rounds`` override ``args``'."""
+    rounds = args.rounds if rounds is None else rounds
     from fedcure_app.cli.testbed import client_profiles, host_samples_per_s
     from fedcure_app.config import FedCureConfig, apply_flat
     from fedcure_app.devices import parse_profile
 
     cfg = apply_flat(FedCureConfig(), {
         "dataset": args.dataset, "num-clients": args.clients, "num-edges": args.edges,
-        "global-rounds": args.rounds, "tau-c": args.tau_c, "tau-e": args.tau_e,
-        "max-concurrent": args.max_concurrent, "seed": args.seed, "eval-every": args.rounds,
-        "edge-access-mbps": [], **({"data-dir": args.data_dir} if args.data_dir else {})})
+        "global-rounds": rounds, "tau-c": args.tau_c, "tau-e": args.tau_e,
+        "max-concurrent": args.max_concurrent, "seed": args.seed if seed is None else seed,
+        "eval-every": rounds, "edge-access-mbps": [], "edge-round-overhead-s": overhead_s,
+        **({"data-dir": args.data_dir} if args.data_dir else {})})
     host = args.host_samples_per_s or host_samples_per_s(cfg)
     model = cfg.data.dataset
     profiles, slowed = [], []
@@ -95,6 +110,29 @@ def run(kind: str, method: str, cfg_file: Path, prof_file: Path, host: float, ou
     return json.loads(result.read_text())
 
 
+def calibrate_overhead(args: argparse.Namespace, out: Path, host: float) -> float:
+    """The deployment's messaging per edge round (s): a calibration pair of runs (seed + 1)
+    with no overhead in the model; per coalition (testbed mean − simulator mean) / τ_e,
+    weighted by the testbed's tasks."""
+    cal = out / "calibration"
+    cal.mkdir(parents=True, exist_ok=True)
+    cfg_file, prof_file, _, _ = build_inputs(args, cal, 0.0, seed=args.seed + 1,
+                                             rounds=args.calibration_rounds)
+    sim = run("simulate", args.calibration_method, cfg_file, prof_file, host, cal, args)
+    bed = run("testbed", args.calibration_method, cfg_file, prof_file, host, cal, args)
+    if sim is None or bed is None:
+        raise SystemExit("calibration failed: pass --edge-round-overhead S to skip it")
+    gaps, weights = [], []
+    for m in range(args.edges):
+        a, b = per_coalition(sim, m), per_coalition(bed, m)
+        if a["tasks"] and b["tasks"]:
+            gaps.append((b["mean_s"] - a["mean_s"]) / args.tau_e)
+            weights.append(b["tasks"])
+    if not gaps:
+        raise SystemExit("calibration: no coalition finished a task in both runs")
+    return max(0.0, float(np.average(gaps, weights=weights)))
+
+
 def per_coalition(result: dict[str, Any], m: int) -> dict[str, Any]:
     recs = [r for r in result["records"] if int(r["coalition"]) == m]
     lat = [float(r["latency_s"]) for r in recs]
@@ -113,13 +151,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dataset", default="mnist")
     p.add_argument("--data-dir")
     p.add_argument("--edges", type=int, default=3)
-    p.add_argument("--clients", type=int, default=6)
+    p.add_argument("--clients", type=int, default=3)
     p.add_argument("--rounds", type=int, default=12)
-    p.add_argument("--tau-c", type=int, default=30)
+    p.add_argument("--tau-c", type=int, default=60)
     p.add_argument("--tau-e", type=int, default=3)
     p.add_argument("--max-concurrent", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--mix", default="rpi4,jetson-nano,laptop")
+    p.add_argument("--mix", default="rpi4,laptop,laptop",
+                   help="device preset of each initial edge's clients (edge m: entry m mod the "
+                   "list's length)")
+    p.add_argument("--edge-round-overhead", type=float, default=None, metavar="S",
+                   help="the deployment's messaging per edge round, seconds (default: measured "
+                   "by a calibration pair of runs first)")
+    p.add_argument("--calibration-method", default="fedfair")
+    p.add_argument("--calibration-rounds", type=int, default=6)
     p.add_argument("--methods", default="fedcure,fedgreedy,fedfair")
     p.add_argument("--host-samples-per-s", type=float, default=0.0)
     p.add_argument("--timeout", type=float, default=900.0)
@@ -131,9 +176,17 @@ def main(argv: list[str] | None = None) -> int:
     cfg_file, prof_file, host, slowed = build_inputs(args, out)
     print(f"host: {host:.0f} {args.dataset} samples/s on one core; slowed to one host core: "
           f"{', '.join(slowed) or 'none'}", flush=True)
+    args.host_samples_per_s = host
+    overhead = args.edge_round_overhead
+    if overhead is None:
+        overhead = calibrate_overhead(args, out, host)
+        print(f"calibration ({args.calibration_method}, seed {args.seed + 1}, "
+              f"{args.calibration_rounds} rounds): the deployment adds {overhead:.2f} s of "
+              "messaging to each edge round", flush=True)
+    cfg_file, prof_file, host, slowed = build_inputs(args, out, overhead)
     profiles = json.loads(prof_file.read_text())
     summary: dict[str, Any] = {"host_samples_per_s": host, "slowed": slowed, "methods": {},
-                               "load_before": load0}
+                               "edge_round_overhead_s": overhead, "load_before": load0}
     lines = ["| method | coalition | devices | predicted s | measured s | measured/predicted "
              "| share sim | share testbed |", "|---|---|---|---|---|---|---|---|"]
     covs, errors = [], {}

@@ -139,6 +139,11 @@ class DevicesConfig(_Section):
     )
     profiles_file: str | None = Field(None, description="JSON/TOML file of device profiles")
     edge_link_mbps: float = Field(100.0, gt=0.0, description="edge↔cloud link, Mbit/s")
+    edge_round_overhead_s: float = Field(
+        0.0, ge=0.0, le=3600.0, allow_inf_nan=False,
+        description="seconds a deployment's messaging adds to every edge round beyond compute "
+        "and transfers; the simulator and the latency prior add τ_e times it to a task "
+        "(0: the paper's model; bench/testbed.py measures it)")
     edge_access_mbps: list[Annotated[float, Field(gt=0.0, le=1e6, allow_inf_nan=False)]] = Field(
         default_factory=lambda: list(DEFAULT_EDGE_ACCESS_MBPS),
         description="cap (Mbit/s) on the client↔ES link rates of each ES's access network: ES m "

@@ -85,7 +85,8 @@ class Federation:
         """Device-profile prediction of each coalition's task latency at f_max, no jitter (s)."""
         return prior_latency(self.population, self.coalitions, self.samples_per_round,
                              self.model_bytes, self.cfg.method.tau_e,
-                             self.cfg.devices.edge_link_mbps)
+                             self.cfg.devices.edge_link_mbps,
+                             self.cfg.devices.edge_round_overhead_s)
 
 
 def build_federation(cfg: FedCureConfig, dataset: Dataset | None = None) -> Federation:
@@ -219,6 +220,7 @@ class SimulationEngine:
         for _ in range(self.cfg.method.tau_e):
             total += float(pop.round_seconds(spr, self.fed.model_bytes, f,
                                              rng=self._clock_rng, idx=idx).max())
+        total += self.cfg.method.tau_e * self.cfg.devices.edge_round_overhead_s
         total += 2 * 8.0 * self.fed.model_bytes / (self.cfg.devices.edge_link_mbps * 1e6)
         energy = float(pop.energy_joules(spr, f, idx=idx).sum()) * self.cfg.method.tau_e
         return total, energy

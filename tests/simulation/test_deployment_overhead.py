@@ -1,0 +1,62 @@
+"""The deployment's messaging per edge round (``devices.edge_round_overhead_s``): the simulated
+clock and the latency prior add τ_e times it to every coalition task, and nothing else moves."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fedcure_app.config import ConfigError, FedCureConfig, apply_flat
+from fedcure_app.data import load_dataset
+from fedcure_app.devices import PRESETS, PopulationArrays
+from fedcure_app.federation import prior_latency
+from fedcure_app.simulation.engine import SimulationEngine, build_federation, make_executor
+from fedcure_app.strategy import Dispatch
+
+TINY = {"dataset": "digits", "num-clients": 6, "num-edges": 2, "global-rounds": 2,
+        "tau-c": 2, "tau-e": 3, "eval-every": 2, "seed": 1}
+
+
+@settings(max_examples=60, deadline=None)
+@given(tau_e=st.integers(1, 20), overhead=st.floats(0.0, 100.0),
+       samples=st.integers(1, 5000), link=st.floats(1.0, 1000.0))
+def test_the_prior_grows_by_tau_e_times_the_overhead_for_every_coalition(
+        tau_e, overhead, samples, link):
+    pop = PopulationArrays.from_profiles(
+        [PRESETS[n] for n in ("rpi4", "laptop", "jetson-nano", "rpi5")], "mnist")
+    coalitions = [[0, 1], [2], [3]]
+    base = prior_latency(pop, coalitions, samples, 400_000, tau_e, link)
+    more = prior_latency(pop, coalitions, samples, 400_000, tau_e, link, overhead)
+    np.testing.assert_allclose(more - base, tau_e * overhead, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("bad", [-0.1, float("inf"), float("nan"), 3601.0])
+def test_a_negative_or_unbounded_overhead_is_refused(bad):
+    with pytest.raises((ConfigError, ValueError)):
+        apply_flat(FedCureConfig(), {"edge-round-overhead-s": bad})
+
+
+def test_the_simulated_clock_adds_tau_e_times_the_overhead_to_a_task():
+    digits = load_dataset("digits")
+    latencies = {}
+    for overhead in (0.0, 1.25):
+        fed = build_federation(apply_flat(FedCureConfig(), {
+            **TINY, "edge-round-overhead-s": overhead}), digits)
+        ex = make_executor(fed, workers=1)
+        try:
+            eng = SimulationEngine(fed, ex)
+            clients = tuple(fed.coalitions[0])
+            d = Dispatch(round=0, coalition=0, version=0, clients=clients,
+                         frequencies_ghz={c: 1.0 for c in clients}, t_hat_round_s=1.0,
+                         t_hat_s=3.0)
+            latencies[overhead] = eng._simulated_latency(d)[0]
+            prior = fed.prior_latency()
+        finally:
+            ex.close()
+        if overhead:
+            assert prior == pytest.approx(base_prior + 3 * overhead)
+        base_prior = prior
+    # the same clock draws (the jitter RNG is seeded alike), plus τ_e = 3 times 1.25 s
+    assert latencies[1.25] - latencies[0.0] == pytest.approx(3 * 1.25)
