@@ -134,9 +134,23 @@ def submit_run(work: Path, app_dir: Path, timeout_s: float = 120.0) -> int:
     (work / "flwr-run.log").write_text(text)
     run_id = _run_id(out.stdout or "")
     if out.returncode != 0 or run_id is None:
-        raise SuperLinkError(f"`flwr run` failed (code {out.returncode}): "
-                             f"{text.strip().splitlines()[-1] if text.strip() else 'no output'}")
+        reason = _error_message(out.stdout or "") or (
+            text.strip().splitlines()[-1] if text.strip() else "no output")
+        raise SuperLinkError(f"`flwr run` failed (code {out.returncode}): {reason}")
     return run_id
+
+
+def _error_message(stdout: str) -> str | None:
+    """The ``error-message`` of ``flwr run --format json``'s answer, when it has one."""
+    start = stdout.find("{")
+    if start < 0:
+        return None
+    try:
+        data = json.loads(stdout[start:])
+    except json.JSONDecodeError:
+        return None
+    msg = data.get("error-message") if isinstance(data, dict) else None
+    return " ".join(str(msg).split()) or None if msg else None
 
 
 def _run_id(stdout: str) -> int | None:
