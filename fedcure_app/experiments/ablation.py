@@ -363,10 +363,11 @@ def _curve(result: dict[str, Any]) -> list[list[float]]:
 
 
 def regenerate_command(ctx: Context) -> str:
-    """The command that rewrites this section from its cache (``DIR``: the data folder)."""
+    """The command that rewrites this section from its cache (``DIR``: the data folder); it
+    simulates nothing (``--cache-only``: variants not cached stay "not run yet")."""
     out = ctx.out_dir.parent
     return (f"fedcure experiment ablation --dataset {ctx.name} --budget {ctx.budget.name} "
-            f"--out {out.as_posix()} --data-dir DIR --threads 1 --workers 1")
+            f"--out {out.as_posix()} --data-dir DIR --cache-only")
 
 
 def analyse(ctx: Context) -> Section:
@@ -462,7 +463,8 @@ def analyse(ctx: Context) -> Section:
     if dip.get("literal", {}).get("classes"):
         figures.append(_class_plot(lit, folder / "dip_classes.png", ctx.name))
     md += ["", f"Regenerate from the cache: `{regenerate_command(ctx)}` (DIR holds "
-           f"{ctx.name}/raw)."]
+           f"{ctx.name}/raw; without `--cache-only` it simulates the variants not run yet, "
+           "one at a time, or those named by `--variants`)."]
     data = {"budget": b.name, "dataset": ctx.name, "paper_fedcure_final": paper,
             "variants": variants, "pending": pending, "dip": dip,
             "second_reading": second_data,
