@@ -13,15 +13,16 @@ frequency). It prints
   task arrived) / measured − 1, by the coalition's task number (1st, 2nd, 3rd, ...).
 
 The simulator's latency model has compute and transfers only; a deployment adds its messaging
-(Flower's SuperLink, SuperNodes and executors, the edge's aggregation) to every edge round. The
-bench measures that term first, in a calibration pair of runs of its own (``--calibration-method``,
-default FedFair, seed + 1, ``--calibration-rounds`` rounds): the testbed's mean task latency minus
-the simulator's, per coalition, divided by τ_e, averaged over the calibration's tasks after each
-coalition's first. Measured latencies leave out the start-up an edge reports in a coalition's
-first task (its wait for the SuperNodes), as T̂ does. Every
-compared run then has it as ``edge-round-overhead-s`` (the simulator adds τ_e times it to each
-task, the cloud's latency prior too). ``--edge-round-overhead S`` skips the calibration;
-``--edge-round-overhead 0`` compares against the paper's model alone.
+(Flower's SuperLink, SuperNodes and executors, the edge's aggregation) to every edge round, and
+each client's own work beyond its training steps (receiving, loading and saving the model),
+which runs at the client's device speed. The bench measures both first, in a calibration run of
+the testbed (``--calibration-method``, default FedFair, seed + 1, ``--calibration-rounds``
+rounds; see :func:`calibrate_overhead`), and every compared run then has them as
+``edge-round-overhead-s`` and ``edge-round-client-samples`` (the simulator and the cloud's
+latency prior add them). ``--edge-round-overhead A S`` skips the calibration;
+``--edge-round-overhead 0 0`` compares against the paper's model alone. Measured latencies
+leave out the start-up an edge reports in a coalition's first task (its wait for the
+SuperNodes), as T̂ does.
 
 The devices: initial edge m's clients get preset m of ``--mix`` (as ``fedcure testbed`` does).
 A testbed client cannot compute faster than one core of this host, so a profile faster than
@@ -32,7 +33,7 @@ every testbed run.
 
     sudo python3 bench/testbed.py --dataset mnist --data-dir DIR [--rounds 24] [--tau-e 3] [--clients 3]
         [--tau-c 60] [--max-concurrent 1] [--methods fedcure,fedgreedy,fedfair] [--out DIR]
-        [--mix rpi4,laptop,laptop] [--edge-round-overhead S]
+        [--mix rpi4,laptop,laptop] [--edge-round-overhead A S]
 """
 
 from __future__ import annotations
@@ -54,11 +55,12 @@ sys.path.insert(0, str(ROOT))
 
 
 def build_inputs(args: argparse.Namespace, out: Path, overhead_s: float = 0.0,
-                 seed: int | None = None, rounds: int | None = None
+                 client_samples: int = 0, seed: int | None = None, rounds: int | None = None
                  ) -> tuple[Path, Path, float, list[str]]:
     """The shared configuration file (in ``out``), the profiles file, the host's samples/s, and
     the names of the profiles slowed to one host core; ``overhead_s``: the deployment's
-    messaging per edge round (s); ``seed``/``rounds`` override ``args``'."""
+    messaging per edge round (s); ``client_samples``: a client's own work per edge round beyond
+    training (samples); ``seed``/``rounds`` override ``args``'."""
     rounds = args.rounds if rounds is None else rounds
     from fedcure_app.cli.testbed import client_profiles, host_samples_per_s
     from fedcure_app.config import FedCureConfig, apply_flat
@@ -69,6 +71,7 @@ def build_inputs(args: argparse.Namespace, out: Path, overhead_s: float = 0.0,
         "global-rounds": rounds, "tau-c": args.tau_c, "tau-e": args.tau_e,
         "max-concurrent": args.max_concurrent, "seed": args.seed if seed is None else seed,
         "eval-every": rounds, "edge-access-mbps": [], "edge-round-overhead-s": overhead_s,
+        "edge-round-client-samples": client_samples,
         **({"data-dir": args.data_dir} if args.data_dir else {})})
     host = args.host_samples_per_s or host_samples_per_s(cfg)
     model = cfg.data.dataset
@@ -112,28 +115,55 @@ def run(kind: str, method: str, cfg_file: Path, prof_file: Path, host: float, ou
     return json.loads(result.read_text())
 
 
-def calibrate_overhead(args: argparse.Namespace, out: Path, host: float) -> float:
-    """The deployment's messaging per edge round (s): a calibration pair of runs (seed + 1)
-    with no overhead in the model; per coalition (testbed mean − simulator mean) / τ_e over
-    the tasks after each coalition's first (the first one still pays a warm-up), weighted by
-    the testbed's tasks."""
+def calibrate_overhead(args: argparse.Namespace, out: Path, host: float) -> tuple[float, int]:
+    """The deployment's share of an edge round, measured in a calibration run of the testbed
+    (FedFair by default, seed + 1, no overhead in the model): ``(a, S)``, with every task after
+    each coalition's first fitted (non-negative least squares) to
+
+        task / τ_e = a + max over its clients of (c·(τ_c·B + S) / f + model down and up) + link / τ_e
+
+    ``a`` (s): messaging per edge round, the same for every device; ``S`` (samples): a client's
+    own work per edge round beyond training, at its device's speed (c cycles per sample at the
+    applied f GHz). Different device speeds in the calibration run tell the two apart."""
+    from scipy.optimize import nnls
+
+    from fedcure_app.devices import PopulationArrays, parse_profile
+    from fedcure_app.models import build_model, model_num_bytes
+
     cal = out / "calibration"
     cal.mkdir(parents=True, exist_ok=True)
-    cfg_file, prof_file, _, _ = build_inputs(args, cal, 0.0, seed=args.seed + 1,
+    cfg_file, prof_file, _, _ = build_inputs(args, cal, seed=args.seed + 1,
                                              rounds=args.calibration_rounds)
-    sim = run("simulate", args.calibration_method, cfg_file, prof_file, host, cal, args)
     bed = run("testbed", args.calibration_method, cfg_file, prof_file, host, cal, args)
-    if sim is None or bed is None:
+    if bed is None:
         raise SystemExit("calibration failed: pass --edge-round-overhead S to skip it")
-    gaps, weights = [], []
-    for m in range(args.edges):
-        a, b = per_coalition(sim, m, skip_first=True), per_coalition(bed, m, skip_first=True)
-        if a["tasks"] and b["tasks"]:
-            gaps.append((b["mean_s"] - a["mean_s"]) / args.tau_e)
-            weights.append(b["tasks"])
-    if not gaps:
-        raise SystemExit("calibration: no coalition finished a task in both runs")
-    return max(0.0, float(np.average(gaps, weights=weights)))
+    cfg = bed["config"]
+    profiles = [parse_profile(p) for p in json.loads(prof_file.read_text())]
+    pop = PopulationArrays.from_profiles(profiles, args.dataset)
+    model_bytes = model_num_bytes(build_model(args.dataset))
+    spr = int(cfg["method"]["tau-c"]) * int(cfg["method"]["batch-size"])
+    link = 2 * 8.0 * model_bytes / (float(cfg["devices"]["edge-link-mbps"]) * 1e6)
+    members: dict[int, list[int]] = {}
+    for c in bed["clients"]:
+        members.setdefault(int(c["edge"]), []).append(int(c["id"]))
+    rows, ys, seen = [], [], set()
+    for r in bed["records"]:
+        m = int(r["coalition"])
+        if m not in seen:  # a coalition's first task still pays a warm-up
+            seen.add(m)
+            continue
+        ids = np.array(members[m])
+        ghz = r.get("applied_ghz") or r.get("frequencies_ghz") or {}
+        f = np.clip([float(ghz.get(str(i), pop.f_max_ghz[i])) for i in ids],
+                    pop.f_min_ghz[ids], pop.f_max_ghz[ids])
+        base = pop.round_seconds(spr, model_bytes, f, idx=ids)
+        slow = int(np.argmax(base))
+        rows.append([1.0, pop.cycles_per_sample[ids[slow]] / (f[slow] * 1e9)])
+        ys.append((task_seconds(r) - link) / args.tau_e - base[slow])
+    if len(rows) < 2:
+        raise SystemExit("calibration: too few tasks; raise --calibration-rounds")
+    (a, s), _ = nnls(np.array(rows), np.array(ys))
+    return float(a), int(round(s))
 
 
 def task_seconds(record: dict[str, Any]) -> float:
@@ -172,9 +202,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mix", default="rpi4,laptop,laptop",
                    help="device preset of each initial edge's clients (edge m: entry m mod the "
                    "list's length)")
-    p.add_argument("--edge-round-overhead", type=float, default=None, metavar="S",
-                   help="the deployment's messaging per edge round, seconds (default: measured "
-                   "by a calibration pair of runs first)")
+    p.add_argument("--edge-round-overhead", type=float, nargs=2, default=None,
+                   metavar=("A", "S"),
+                   help="the deployment's messaging per edge round (A seconds) and a client's "
+                   "own work per edge round beyond training (S samples); default: measured by a "
+                   "calibration run first; 0 0: the paper's model")
     p.add_argument("--calibration-method", default="fedfair")
     p.add_argument("--calibration-rounds", type=int, default=9)
     p.add_argument("--methods", default="fedcure,fedgreedy,fedfair")
@@ -189,16 +221,19 @@ def main(argv: list[str] | None = None) -> int:
     print(f"host: {host:.0f} {args.dataset} samples/s on one core; slowed to one host core: "
           f"{', '.join(slowed) or 'none'}", flush=True)
     args.host_samples_per_s = host
-    overhead = args.edge_round_overhead
-    if overhead is None:
-        overhead = calibrate_overhead(args, out, host)
-        print(f"calibration ({args.calibration_method}, seed {args.seed + 1}, "
-              f"{args.calibration_rounds} rounds): the deployment adds {overhead:.2f} s of "
-              "messaging to each edge round", flush=True)
-    cfg_file, prof_file, host, slowed = build_inputs(args, out, overhead)
+    if args.edge_round_overhead is None:
+        overhead, client_samples = calibrate_overhead(args, out, host)
+        print(f"calibration ({args.calibration_method} in the testbed, seed {args.seed + 1}, "
+              f"{args.calibration_rounds} rounds): each edge round adds {overhead:.2f} s of "
+              f"messaging and each client's own work of {client_samples} training samples",
+              flush=True)
+    else:
+        overhead, client_samples = args.edge_round_overhead[0], int(args.edge_round_overhead[1])
+    cfg_file, prof_file, host, slowed = build_inputs(args, out, overhead, client_samples)
     profiles = json.loads(prof_file.read_text())
     summary: dict[str, Any] = {"host_samples_per_s": host, "slowed": slowed, "methods": {},
-                               "edge_round_overhead_s": overhead, "load_before": load0}
+                               "edge_round_overhead_s": overhead,
+                               "edge_round_client_samples": client_samples, "load_before": load0}
     lines = ["| method | coalition | devices | predicted s | measured s | measured/predicted "
              "| share sim | share testbed |", "|---|---|---|---|---|---|---|---|"]
     covs, errors = [], {}

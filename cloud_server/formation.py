@@ -107,7 +107,8 @@ def build_federation(cfg: FedCureConfig, clients: Sequence[ClientEntry], initial
     population = PopulationArrays.from_profiles([c.profile for c in clients], cfg.data.dataset)
     prior = prior_latency(population, coalitions, cfg.method.tau_c * cfg.method.batch_size,
                           model_bytes, cfg.method.tau_e, cfg.devices.edge_link_mbps,
-                          cfg.devices.edge_round_overhead_s)
+                          cfg.devices.edge_round_overhead_s,
+                          cfg.devices.edge_round_client_samples)
     strategy = build_strategy(cfg, coalitions, counts.sum(axis=1).astype(np.float64),
                               population, prior, arrays, deployed=True)
     return Federation(strategy, tuple(clients), initial, assignment, formation, population, jsd)

@@ -144,6 +144,12 @@ class DevicesConfig(_Section):
         description="seconds a deployment's messaging adds to every edge round beyond compute "
         "and transfers; the simulator and the latency prior add τ_e times it to a task "
         "(0: the paper's model; bench/testbed.py measures it)")
+    edge_round_client_samples: int = Field(
+        0, ge=0, le=100_000_000,
+        description="work a deployed client does every edge round beyond its training steps "
+        "(receiving, loading and saving the model), in training samples of its device; the "
+        "simulator and the latency prior add it to each client's samples of an edge round "
+        "(0: the paper's model; bench/testbed.py measures it)")
     edge_access_mbps: list[Annotated[float, Field(gt=0.0, le=1e6, allow_inf_nan=False)]] = Field(
         default_factory=lambda: list(DEFAULT_EDGE_ACCESS_MBPS),
         description="cap (Mbit/s) on the client↔ES link rates of each ES's access network: ES m "

@@ -58,7 +58,8 @@ def samples_per_round(cfg: FedCureConfig, client_samples: np.ndarray) -> np.ndar
 
 def prior_latency(population: PopulationArrays, coalitions: Sequence[Sequence[int]],
                   samples_per_round: int | np.ndarray, model_bytes: int, tau_e: int,
-                  edge_link_mbps: float, edge_round_overhead_s: float = 0.0) -> np.ndarray:
+                  edge_link_mbps: float, edge_round_overhead_s: float = 0.0,
+                  edge_round_client_samples: int = 0) -> np.ndarray:
     """Device-profile prediction of each coalition's task latency at f_max, no jitter (s).
 
     ``samples_per_round``: one count for every client or one per client
@@ -67,9 +68,12 @@ def prior_latency(population: PopulationArrays, coalitions: Sequence[Sequence[in
     τ_e edge rounds, each as slow as the coalition's slowest client (compute c_n/f_n and the
     client↔edge model transfers), plus the model down and up the edge↔cloud link
     (2 · 8 · bytes / (Mbit/s · 10⁶) seconds); ``edge_round_overhead_s``: the deployment's
-    messaging added to each edge round (``devices.edge_round_overhead_s``, s).
+    messaging added to each edge round (``devices.edge_round_overhead_s``, s);
+    ``edge_round_client_samples``: a client's work per edge round beyond training, in samples
+    (``devices.edge_round_client_samples``), computed at its device's speed.
     """
-    per_client = population.round_seconds(samples_per_round, model_bytes, population.f_max_ghz)
+    samples = np.asarray(samples_per_round) + edge_round_client_samples
+    per_client = population.round_seconds(samples, model_bytes, population.f_max_ghz)
     link = 2 * 8.0 * model_bytes / (edge_link_mbps * 1e6)
     return np.array([tau_e * (per_client[list(c)].max() + edge_round_overhead_s) + link
                      for c in coalitions])

@@ -86,7 +86,8 @@ class Federation:
         return prior_latency(self.population, self.coalitions, self.samples_per_round,
                              self.model_bytes, self.cfg.method.tau_e,
                              self.cfg.devices.edge_link_mbps,
-                             self.cfg.devices.edge_round_overhead_s)
+                             self.cfg.devices.edge_round_overhead_s,
+                             self.cfg.devices.edge_round_client_samples)
 
 
 def build_federation(cfg: FedCureConfig, dataset: Dataset | None = None) -> Federation:
@@ -216,13 +217,14 @@ class SimulationEngine:
         f = np.clip(np.array([d.frequencies_ghz[c] for c in d.clients]),
                     pop.f_min_ghz[idx], pop.f_max_ghz[idx])
         spr = self._spr[idx]
+        work = spr + self.cfg.devices.edge_round_client_samples
         total = 0.0
         for _ in range(self.cfg.method.tau_e):
-            total += float(pop.round_seconds(spr, self.fed.model_bytes, f,
+            total += float(pop.round_seconds(work, self.fed.model_bytes, f,
                                              rng=self._clock_rng, idx=idx).max())
         total += self.cfg.method.tau_e * self.cfg.devices.edge_round_overhead_s
         total += 2 * 8.0 * self.fed.model_bytes / (self.cfg.devices.edge_link_mbps * 1e6)
-        energy = float(pop.energy_joules(spr, f, idx=idx).sum()) * self.cfg.method.tau_e
+        energy = float(pop.energy_joules(work, f, idx=idx).sum()) * self.cfg.method.tau_e
         return total, energy
 
     def _launch(self, d: Dispatch, now: float, heap: list[_Arrival]) -> None:

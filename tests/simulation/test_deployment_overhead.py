@@ -60,3 +60,41 @@ def test_the_simulated_clock_adds_tau_e_times_the_overhead_to_a_task():
         base_prior = prior
     # the same clock draws (the jitter RNG is seeded alike), plus τ_e = 3 times 1.25 s
     assert latencies[1.25] - latencies[0.0] == pytest.approx(3 * 1.25)
+
+
+@settings(max_examples=60, deadline=None)
+@given(tau_e=st.integers(1, 20), extra=st.integers(0, 100_000), samples=st.integers(1, 5000))
+def test_a_clients_own_work_per_edge_round_costs_its_devices_time_in_the_prior(
+        tau_e, extra, samples):
+    """Single-client coalitions: τ_e · c · S / f_max more, so a slow device pays more of it."""
+    profiles = [PRESETS[n] for n in ("rpi4", "laptop")]
+    pop = PopulationArrays.from_profiles(profiles, "mnist")
+    base = prior_latency(pop, [[0], [1]], samples, 400_000, tau_e, 100.0)
+    more = prior_latency(pop, [[0], [1]], samples, 400_000, tau_e, 100.0, 0.0, extra)
+    want = tau_e * pop.cycles_per_sample * extra / (pop.f_max_ghz * 1e9)
+    np.testing.assert_allclose(more - base, want, rtol=1e-9, atol=1e-9)
+    if extra:
+        assert (more - base)[0] > (more - base)[1]  # the Pi 4 is slower per sample
+
+
+def test_the_simulated_clock_charges_a_clients_own_work_at_its_frequency():
+    digits = load_dataset("digits")
+    out = {}
+    for extra in (0, 5000):
+        fed = build_federation(apply_flat(FedCureConfig(), {
+            **TINY, "edge-round-client-samples": extra}), digits)
+        ex = make_executor(fed, workers=1)
+        try:
+            eng = SimulationEngine(fed, ex)
+            clients = tuple(fed.coalitions[0])
+            d = Dispatch(round=0, coalition=0, version=0, clients=clients,
+                         frequencies_ghz={c: 1.0 for c in clients}, t_hat_round_s=1.0,
+                         t_hat_s=3.0)
+            out[extra] = eng._simulated_latency(d)
+        finally:
+            ex.close()
+    # the same jitter draws: every client's edge round is longer, so the slowest one is too,
+    # by at least τ_e · c_min · S / f with f = 1 GHz; and the work costs energy
+    c_min = float(fed.population.cycles_per_sample[list(fed.coalitions[0])].min())
+    assert out[5000][0] - out[0][0] >= 3 * c_min * 5000 / 1e9 * 0.5
+    assert out[5000][1] > out[0][1]
