@@ -140,8 +140,8 @@ def submit_run(work: Path, app_dir: Path, timeout_s: float = 120.0) -> int:
     return run_id
 
 
-def _error_message(stdout: str) -> str | None:
-    """The ``error-message`` of ``flwr run --format json``'s answer, when it has one."""
+def _answer(stdout: str) -> dict[str, Any] | None:
+    """The JSON object ``flwr run --format json`` printed (from its first ``{``), if any."""
     start = stdout.find("{")
     if start < 0:
         return None
@@ -149,20 +149,23 @@ def _error_message(stdout: str) -> str | None:
         data = json.loads(stdout[start:])
     except json.JSONDecodeError:
         return None
-    msg = data.get("error-message") if isinstance(data, dict) else None
+    return data if isinstance(data, dict) else None
+
+
+def _error_message(stdout: str) -> str | None:
+    """The answer's ``error-message`` on one line, when it has one."""
+    msg = (_answer(stdout) or {}).get("error-message")
     return " ".join(str(msg).split()) or None if msg else None
 
 
 def _run_id(stdout: str) -> int | None:
-    start = stdout.find("{")
-    if start >= 0:
-        try:
-            data = json.loads(stdout[start:])
-            for key in ("run-id", "run_id"):
-                if key in data:
-                    return int(data[key])
-        except (json.JSONDecodeError, ValueError, TypeError):
-            pass
+    data = _answer(stdout) or {}
+    for key in ("run-id", "run_id"):
+        if key in data:
+            try:
+                return int(data[key])
+            except (ValueError, TypeError):
+                break
     m = re.search(r"run[ -_]?(?:id)?\D{0,4}(\d{6,})", stdout, re.I)
     return int(m.group(1)) if m else None
 

@@ -9,7 +9,6 @@ from them.
 from __future__ import annotations
 
 from collections.abc import Sequence
-
 from typing import Any
 
 import numpy as np
