@@ -68,6 +68,8 @@ GOAL_MEDIAN_S, GOAL_P95_S = 0.15, 0.4
 LAST_CPU_S = [0.0]
 #: ... and per kind of process from the first edge round on (sampled from /proc every 0.25 s)
 LAST_CPU_BY_KIND: dict[str, float] = {}
+#: the last launch's CPU seconds by kind of process over the whole run, start-up included
+LAST_RUN_CPU_BY_KIND: dict[str, float] = {}
 #: process kind by a piece of its command line (first match wins)
 KINDS = (("flower-superlink", "SuperLink"), ("flwr-serverapp", "edge ServerApp"),
          ("client.supernode", "SuperNode"), ("flower-supernode", "SuperNode"),
@@ -200,6 +202,8 @@ def launch(out: Path, runtime: str, dataset: str, data_dir: str | None, args: ar
     LAST_CPU_S[0] = _children_cpu_s() - cpu0
     LAST_CPU_BY_KIND.clear()
     LAST_CPU_BY_KIND.update(sampler.by_kind(rounds_only=True))
+    LAST_RUN_CPU_BY_KIND.clear()
+    LAST_RUN_CPU_BY_KIND.update(sampler.by_kind())
     if code != 0:
         # the rounds it finished still count; the table says the run did not complete
         print(f"fedcure launch ({runtime}, {dataset}) failed with code {code}: "
@@ -489,45 +493,6 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-class CloudCpu:
-    """The CPU seconds of a launch's cloud process (found by its ``--out`` folder), sampled
-    every half second from /proc until :meth:`stop`; the last sample before it exited."""
-
-    def __init__(self, out: Path) -> None:
-        import threading
-
-        self.out = str(out)
-        self.cpu_s = 0.0
-        self._pid: int | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _find(self) -> int | None:
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                cmd = (entry / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if b"cloud_server.cli" in cmd and self.out.encode() in cmd:
-                return int(entry.name)
-        return None
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.5):
-            if self._pid is None:
-                self._pid = self._find()
-            elif (cpu := _cpu_seconds(self._pid)) > 0:
-                self.cpu_s = cpu
-
-    def stop(self) -> float:
-        self._stop.set()
-        self._thread.join(5)
-        return self.cpu_s
-
-
 def _free_port() -> int:
     import socket
 
@@ -556,12 +521,11 @@ def live_bench(args: argparse.Namespace, out: Path) -> int:
                         watchers = LiveWatchers(port, out / f"{name}-watch")
                         extra = ["--dashboard", f"127.0.0.1:{port}"]
                     load0 = os.getloadavg()[0]
-                    cloud_cpu = CloudCpu(run_out)
                     try:
                         wall = launch(run_out, "warm", "digits", None, args, extra=extra)
                     finally:
                         scrapes = watchers.stop() if watchers is not None else 0
-                        cpu = cloud_cpu.stop()
+                    cpu = LAST_RUN_CPU_BY_KIND.get("cloud", 0.0)
                     got = collect(run_out)
                     got.update(mode=mode, loaded=loaded, pair=i, launch_wall_s=wall,
                                load_at_start=load0, scrapes=scrapes,
