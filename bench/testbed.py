@@ -25,15 +25,18 @@ leave out the start-up an edge reports in a coalition's first task (its wait for
 SuperNodes), as T̂ does.
 
 The devices: initial edge m's clients get preset m of ``--mix`` (as ``fedcure testbed`` does).
-A testbed client cannot compute faster than one core of this host, so a profile faster than
-that at its f_max is slowed (its cycles per sample raised) to exactly one host core, in both
-runs alike; the table says which. The simulator has no edge access caps here (the testbed
+A testbed client cannot compute faster than one core of this host, and the clients share the
+host: in the first dispatch every coalition trains at once, and quotas that add up to more than
+the host's cores (less half a core for the roles) make every client slower than its profile. So
+a profile faster than ``--client-cores`` host cores at its f_max (default: (cores − 0.5) /
+clients, at most 1) is slowed to it (its cycles per sample raised), in both runs alike; the
+output says which. The simulator has no edge access caps here (the testbed
 shapes each client's own link only). The host's one-core speed is measured once and given to
 every testbed run.
 
     sudo python3 bench/testbed.py --dataset mnist --data-dir DIR [--rounds 24] [--tau-e 3] [--clients 3]
         [--tau-c 60] [--max-concurrent 1] [--methods fedcure,fedgreedy,fedfair] [--out DIR]
-        [--mix rpi4,laptop,laptop] [--edge-round-overhead A S]
+        [--mix rpi4,laptop,laptop] [--client-cores C] [--edge-round-overhead A S]
 """
 
 from __future__ import annotations
@@ -58,7 +61,7 @@ def build_inputs(args: argparse.Namespace, out: Path, overhead_s: float = 0.0,
                  client_samples: int = 0, seed: int | None = None, rounds: int | None = None
                  ) -> tuple[Path, Path, float, list[str]]:
     """The shared configuration file (in ``out``), the profiles file, the host's samples/s, and
-    the names of the profiles slowed to one host core; ``overhead_s``: the deployment's
+    the names of the profiles slowed to ``--client-cores``; ``overhead_s``: the deployment's
     messaging per edge round (s); ``client_samples``: a client's own work per edge round beyond
     training (samples); ``seed``/``rounds`` override ``args``'."""
     rounds = args.rounds if rounds is None else rounds
@@ -75,11 +78,12 @@ def build_inputs(args: argparse.Namespace, out: Path, overhead_s: float = 0.0,
         **({"data-dir": args.data_dir} if args.data_dir else {})})
     host = args.host_samples_per_s or host_samples_per_s(cfg)
     model = cfg.data.dataset
+    cap = client_cores(args) * host  # samples/s
     profiles, slowed = [], []
     for p in client_profiles(cfg, args.mix.split(","), None):
-        if p.f_max_ghz * 1e9 / p.cycles_for(model) > host:
+        if p.f_max_ghz * 1e9 / p.cycles_for(model) > cap:
             cycles = dict(p.cycles_per_sample)
-            cycles[model] = p.f_max_ghz * 1e9 / host
+            cycles[model] = p.f_max_ghz * 1e9 / cap
             p = parse_profile({**p.model_dump(), "cycles_per_sample": cycles})
             slowed.append(p.name)
         profiles.append(p)
@@ -89,6 +93,18 @@ def build_inputs(args: argparse.Namespace, out: Path, overhead_s: float = 0.0,
     cfg_file = out / "config.json"
     cfg_file.write_text(cfg.model_dump_json(by_alias=True, indent=1))
     return cfg_file, prof_file, host, sorted(set(slowed))
+
+
+def client_cores(args: argparse.Namespace) -> float:
+    """The most host cores one client computes on: ``--client-cores``, or by default this
+    host's cores less the roles' reserve shared by the clients (at most one each), so that the
+    first dispatch, where every coalition trains at once, does not oversubscribe the host."""
+    from fedcure_app.devices.cgroup import ROLE_RESERVE_CORES
+
+    if args.client_cores:
+        return float(args.client_cores)
+    cores = os.cpu_count() or 1
+    return min(1.0, max(0.05, (cores - ROLE_RESERVE_CORES) / args.clients))
 
 
 def run(kind: str, method: str, cfg_file: Path, prof_file: Path, host: float, out: Path,
@@ -211,6 +227,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--calibration-rounds", type=int, default=9)
     p.add_argument("--methods", default="fedcure,fedgreedy,fedfair")
     p.add_argument("--host-samples-per-s", type=float, default=0.0)
+    p.add_argument("--client-cores", type=float, default=0.0,
+                   help="the most host cores one client computes on (0 < C <= 1); faster "
+                   "profiles are slowed to it in both runs; default: (host cores - 0.5) / "
+                   "clients, at most 1")
     p.add_argument("--timeout", type=float, default=900.0)
     p.add_argument("--out", help="folder for the runs (default: a temporary one)")
     args = p.parse_args(argv)
@@ -218,8 +238,10 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     load0 = os.getloadavg()
     cfg_file, prof_file, host, slowed = build_inputs(args, out)
-    print(f"host: {host:.0f} {args.dataset} samples/s on one core; slowed to one host core: "
-          f"{', '.join(slowed) or 'none'}", flush=True)
+    if not 0 <= args.client_cores <= 1:
+        p.error("--client-cores must be in (0, 1] (0: the default share)")
+    print(f"host: {host:.0f} {args.dataset} samples/s on one core; slowed to "
+          f"{client_cores(args):.2f} host core: {', '.join(slowed) or 'none'}", flush=True)
     args.host_samples_per_s = host
     if args.edge_round_overhead is None:
         overhead, client_samples = calibrate_overhead(args, out, host)
@@ -231,7 +253,8 @@ def main(argv: list[str] | None = None) -> int:
         overhead, client_samples = args.edge_round_overhead[0], int(args.edge_round_overhead[1])
     cfg_file, prof_file, host, slowed = build_inputs(args, out, overhead, client_samples)
     profiles = json.loads(prof_file.read_text())
-    summary: dict[str, Any] = {"host_samples_per_s": host, "slowed": slowed, "methods": {},
+    summary: dict[str, Any] = {"host_samples_per_s": host, "slowed": slowed,
+                               "client_cores": client_cores(args), "methods": {},
                                "edge_round_overhead_s": overhead,
                                "edge_round_client_samples": client_samples, "load_before": load0}
     lines = ["| method | coalition | devices | predicted s | measured s | measured/predicted "

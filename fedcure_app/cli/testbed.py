@@ -192,6 +192,7 @@ class NamespaceSite(Site):
             self.host_sps = self.args.host_samples_per_s or host_samples_per_s(cfg)
             log.info("this host trains %s at %.0f samples/s on one core", cfg.data.dataset,
                      self.host_sps)
+            warn_oversubscribed(self.profiles, cfg.data.dataset, self.host_sps)
         self.plan = make_plan(self.prefix, cfg.federation.num_edges, self.profiles,
                               cfg.devices.edge_link_mbps)
         self.created = True
@@ -247,6 +248,24 @@ class NamespaceSite(Site):
         }
 
 
+def warn_oversubscribed(profiles: list[Any], model: str, host_sps: float,
+                        host_cores: int | None = None) -> bool:
+    """Warn (and return True) when the clients' quotas at f_max leave the roles less than
+    :data:`~fedcure_app.devices.cgroup.ROLE_RESERVE_CORES` of this host's cores."""
+    from fedcure_app.devices.cgroup import ROLE_RESERVE_CORES, cores_asked, oversubscribed
+
+    cores = host_cores or os.cpu_count() or 1
+    asked = cores_asked(profiles, model, host_sps)
+    if not oversubscribed(asked, cores):
+        return False
+    log.warning("the %d clients' CPU quotas add up to %.2f cores at f_max and this host has %d "
+                "(%.1f kept for the roles): coalitions that train at once will compute slower "
+                "than their profiles; use fewer or slower devices (--mix, --profiles) for "
+                "latencies true to the profiles", len(profiles), asked, cores,
+                ROLE_RESERVE_CORES)
+    return True
+
+
 def check_testbed_inputs(args: argparse.Namespace) -> None:
     """The testbed's own options (raises :class:`UsageError`), before anything is made."""
     from fedcure_app.devices import PRESETS, ProfileError, load_profiles
@@ -292,4 +311,4 @@ def run(args: argparse.Namespace) -> int:
 
 
 __all__ = ["DEFAULT_MIX", "NamespaceSite", "client_profiles", "host_samples_per_s", "register",
-           "run"]
+           "run", "warn_oversubscribed"]

@@ -29,6 +29,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any, Callable
 
 from fedcure_app.devices.profiles import DeviceProfile
@@ -41,6 +42,9 @@ PERIOD_US = 20_000
 #: smallest quota, as a fraction of one core: 5 % (1 ms of every 20 ms period, the kernel's
 #: smallest quota)
 FLOOR_FRACTION = 0.05
+#: host cores a testbed keeps for the roles around the clients' training (messaging, the
+#: edges' aggregation, the cloud): the clients' quotas should add up to at most the rest
+ROLE_RESERVE_CORES = 0.5
 #: the kernel refuses CFS quotas under 1 ms
 KERNEL_MIN_QUOTA_US = 1_000
 #: default prefix of the cgroups the actuator makes (``<prefix>-<pid>``)
@@ -93,6 +97,21 @@ def plan_quota(profile: DeviceProfile, model: str, f_ghz: float, host_sps: float
     q = quota_us(quota_fraction(predicted_samples_per_s(profile, model, f), host_sps), period_us)
     applied = (q / period_us) * host_sps * profile.cycles_for(model) / 1e9
     return q, applied
+
+
+def cores_asked(profiles: Sequence[DeviceProfile], model: str, host_sps: float) -> float:
+    """Host cores the clients' quotas add up to when all of them train at f_max at once (each
+    at most one core): what a testbed's first dispatch, where every coalition trains, asks."""
+    return sum(quota_fraction(predicted_samples_per_s(p, model, p.f_max_ghz), host_sps)
+               for p in profiles)
+
+
+def oversubscribed(asked: float, host_cores: int,
+                   reserve: float = ROLE_RESERVE_CORES) -> bool:
+    """Whether quotas adding up to ``asked`` cores leave less than ``reserve`` cores of
+    ``host_cores`` to the roles (SuperLinks, SuperNodes, edges, cloud): concurrent clients then
+    compute slower than their profiles say."""
+    return asked > max(0.0, host_cores - reserve)
 
 
 @dataclass(frozen=True)
@@ -289,6 +308,6 @@ def calibrate_host(train_once: Callable[[int], Any], samples_per_step: int,
 
 __all__ = [
     "DEFAULT_CGROUP_PREFIX", "FLOOR_FRACTION", "KERNEL_MIN_QUOTA_US", "PERIOD_US",
-    "CgroupCpuBandwidth", "CgroupError", "CpuController", "calibrate_host", "find_cpu_controller",
-    "plan_quota", "predicted_samples_per_s", "quota_fraction", "quota_us", "remove_cgroups",
+    "ROLE_RESERVE_CORES", "CgroupCpuBandwidth", "CgroupError", "CpuController", "calibrate_host",
+    "cores_asked", "find_cpu_controller", "oversubscribed", "plan_quota", "predicted_samples_per_s", "quota_fraction", "quota_us", "remove_cgroups",
 ]

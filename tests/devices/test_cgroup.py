@@ -19,10 +19,13 @@ from fedcure_app.devices.cgroup import (
     FLOOR_FRACTION,
     KERNEL_MIN_QUOTA_US,
     PERIOD_US,
+    ROLE_RESERVE_CORES,
     CgroupCpuBandwidth,
     CgroupError,
     CpuController,
+    cores_asked,
     find_cpu_controller,
+    oversubscribed,
     plan_quota,
     predicted_samples_per_s,
     quota_fraction,
@@ -32,6 +35,37 @@ from fedcure_app.devices.cgroup import (
 from tests.kernel import require_cgroup
 
 _rates = st.floats(1.0, 1e6, allow_nan=False)
+
+
+@given(st.lists(st.sampled_from(sorted(PRESETS)), min_size=1, max_size=12), _rates)
+def test_cores_asked_adds_each_clients_quota_at_f_max(names, host):
+    profiles = [PRESETS[n] for n in names]
+    asked = cores_asked(profiles, "mnist", host)
+    each = [quota_fraction(predicted_samples_per_s(p, "mnist", p.f_max_ghz), host)
+            for p in profiles]
+    assert asked == pytest.approx(sum(each))
+    assert len(profiles) * FLOOR_FRACTION - 1e-9 <= asked <= len(profiles) + 1e-9
+
+
+def test_two_full_core_clients_oversubscribe_two_cores_but_two_half_cores_do_not():
+    assert oversubscribed(2.0, 2) and oversubscribed(1.0 + 1.0 + 0.1, 2)
+    assert not oversubscribed(0.5 + 0.5 + 0.1, 2)
+    assert oversubscribed(2.0 - ROLE_RESERVE_CORES + 0.01, 2)
+    assert not oversubscribed(2.0 - ROLE_RESERVE_CORES, 2)
+
+
+def test_the_testbed_warns_when_the_device_mix_oversubscribes_the_host(caplog):
+    from fedcure_app.cli.testbed import warn_oversubscribed
+
+    laptop, rpi4 = PRESETS["laptop"], PRESETS["rpi4"]
+    host = predicted_samples_per_s(laptop, "mnist", laptop.f_max_ghz)  # a laptop: one core
+    with caplog.at_level(logging.WARNING):
+        assert warn_oversubscribed([rpi4, laptop, laptop], "mnist", host, host_cores=2)
+    assert "slower than their profiles" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert not warn_oversubscribed([rpi4, laptop], "mnist", host, host_cores=2)
+    assert not caplog.text
 
 
 @given(_rates, _rates)
