@@ -79,6 +79,10 @@ KINDS = (("flower-superlink", "SuperLink"), ("flwr-serverapp", "edge ServerApp")
          ("fedcure-client", "client role"))
 
 
+#: the kind of a process whose command line names none of :data:`KINDS`
+OTHER_KIND = "launch/other"
+
+
 class CpuSampler:
     """CPU seconds of every process under ``root`` (Linux /proc), sampled in a thread."""
 
@@ -127,13 +131,14 @@ class CpuSampler:
             if pid not in ticks:
                 continue
             kind = self.cpu.get(pid, ("", 0.0))[0]
-            if not kind:
+            if kind in ("", OTHER_KIND):  # a child read between fork and exec has its
+                # parent's command line: look again until it names a kind
                 try:
                     with open(f"/proc/{pid}/cmdline", "rb") as f:
                         cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
                 except OSError:
                     continue
-                kind = next((k for part, k in KINDS if part in cmd), "launch/other")
+                kind = next((k for part, k in KINDS if part in cmd), OTHER_KIND)
             self.cpu[pid] = (kind, max(ticks[pid], self.cpu.get(pid, ("", 0.0))[1]))
 
     def _first_round_started(self) -> bool:
