@@ -234,12 +234,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=900.0)
     p.add_argument("--out", help="folder for the runs (default: a temporary one)")
     args = p.parse_args(argv)
+    if not 0 <= args.client_cores <= 1:
+        p.error("--client-cores must be in (0, 1] (0: the default share)")
     out = Path(args.out or tempfile.mkdtemp(prefix="fedcure-bench-testbed-")).resolve()
     out.mkdir(parents=True, exist_ok=True)
     load0 = os.getloadavg()
     cfg_file, prof_file, host, slowed = build_inputs(args, out)
-    if not 0 <= args.client_cores <= 1:
-        p.error("--client-cores must be in (0, 1] (0: the default share)")
     print(f"host: {host:.0f} {args.dataset} samples/s on one core; slowed to "
           f"{client_cores(args):.2f} host core: {', '.join(slowed) or 'none'}", flush=True)
     args.host_samples_per_s = host
