@@ -259,7 +259,11 @@ def test_halving_the_directive_really_doubles_a_busy_loop_time():
             act.apply(rpi4.f_max_ghz / 2)
             half.append(_run(child, work))
         full, half = min(full), min(half)
-        assert 6.8 <= full <= 9.2, (full, os.getloadavg())  # an eighth of a core: 8x longer
+        # an eighth of a core: about 8x longer. The kernel hands out quota in 5 ms slices per
+        # CPU (sched_cfs_bandwidth_slice_us), so a 2.5 ms quota can be overrun within a
+        # period on a 2-core machine: the absolute figure gets +-25 %; the ratio below is
+        # what a directive must change (the 1.7-2.3x)
+        assert 6.0 <= full <= 10.0, (full, os.getloadavg())
         assert 1.7 <= half / full <= 2.3, (full, half, os.getloadavg())
     finally:
         if act is not None:
