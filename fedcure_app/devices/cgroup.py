@@ -27,9 +27,9 @@ import logging
 import math
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Sequence
 from typing import Any, Callable
 
 from fedcure_app.devices.profiles import DeviceProfile
@@ -309,5 +309,6 @@ def calibrate_host(train_once: Callable[[int], Any], samples_per_step: int,
 __all__ = [
     "DEFAULT_CGROUP_PREFIX", "FLOOR_FRACTION", "KERNEL_MIN_QUOTA_US", "PERIOD_US",
     "ROLE_RESERVE_CORES", "CgroupCpuBandwidth", "CgroupError", "CpuController", "calibrate_host",
-    "cores_asked", "find_cpu_controller", "oversubscribed", "plan_quota", "predicted_samples_per_s", "quota_fraction", "quota_us", "remove_cgroups",
+    "cores_asked", "find_cpu_controller", "oversubscribed", "plan_quota", "predicted_samples_per_s",
+    "quota_fraction", "quota_us", "remove_cgroups",
 ]
