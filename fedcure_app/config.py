@@ -29,7 +29,7 @@ FormationRule = Literal["fedcure", "none", "kmeans", "meanshift", "selfish", "pa
 SchedulerName = Literal["fedcure", "greedy", "fair", "random"]
 PartitionName = Literal["edge-noniid", "dirichlet", "iid", "shards"]
 DatasetName = Literal["digits", "mnist", "cifar10", "svhn", "cinic10"]
-ExecutorName = Literal["inprocess", "flower"]
+ExecutorName = Literal["inprocess", "batched", "flower"]
 MethodName = Literal["fedcure", "fedfair", "fedgreedy", "fair", "greedy"]
 TauCUnit = Literal["steps", "epochs"]
 

@@ -66,13 +66,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--clients", type=int)
     p.add_argument("--edges", type=int)
     p.add_argument("--partition", choices=["edge-noniid", "dirichlet", "iid", "shards"])
-    p.add_argument("--executor", choices=["inprocess", "flower"])
+    p.add_argument("--executor", choices=["inprocess", "batched", "flower"],
+                   help="who trains the clients: inprocess (one after another, default), "
+                   "batched (a coalition's clients as one vmapped computation: same results "
+                   "to float tolerance, fastest on a GPU), flower (Flower ClientApps on "
+                   "virtual SuperNodes)")
     p.add_argument("--eval-every", type=int)
     p.add_argument("--tau-c", type=int,
                    help="local steps per edge round (epochs with --tau-c-unit epochs)")
     p.add_argument("--tau-c-unit", choices=["steps", "epochs"],
                    help="what --tau-c counts: mini-batch steps, or local epochs "
-                   "(⌈|D_n|/batch size⌉ steps per client; in-process executor only)")
+                   "(⌈|D_n|/batch size⌉ steps per client; inprocess and batched executors only)")
     p.add_argument("--tau-e", type=int, help="edge rounds per global round")
     p.add_argument("--max-concurrent", type=int, help="K, coalitions training at once")
     p.add_argument("--beta", type=float, help="β of the scheduling rule")
@@ -82,7 +86,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, help="client mini-batch size")
     p.add_argument("--momentum", type=float,
                    help="SGD momentum of local training, fresh every edge round "
-                   "(in-process executor only)")
+                   "(inprocess and batched executors only)")
     p.add_argument("--ell", type=float, help="ℓ, the cloud's base mixing weight (ξ = ℓ·k^φ)")
     add_device_option(p)
     p.add_argument("--workers", type=int,
@@ -153,10 +157,10 @@ def _check_flower_knobs(cfg: FedCureConfig, args: argparse.Namespace) -> None:
     if bad:
         raise UsageError(f"{', '.join('--' + k for k in bad)}: not supported with --executor "
                          "flower (its ClientApps train τ_c plain-SGD steps); use --executor "
-                         "inprocess")
+                         "inprocess or batched")
     if args.device != "cpu":
         raise UsageError("--device: the flower executor trains in its ClientApps on the CPU; "
-                         "use --executor inprocess")
+                         "use --executor inprocess or batched")
 
 
 def _run_on_flower(cfg: FedCureConfig, out: Path) -> dict[str, Any]:
@@ -248,7 +252,10 @@ def _simulate(cfg: FedCureConfig, args: argparse.Namespace, threads: int, device
     if live is not None:
         console.print(f"live view: {live[1].url}; Prometheus: {live[1].url}metrics")
     workers = resolve_workers(args.workers)
-    if cfg.run.executor != "flower":
+    if cfg.run.executor == "batched":
+        console.print(f"[dim]batched executor: one process × {threads} torch "
+                      f"thread{'s' if threads > 1 else ''} on {device}[/]")
+    elif cfg.run.executor != "flower":
         console.print(f"[dim]{workers} worker process{'es' if workers > 1 else ''} × "
                       f"{threads} torch thread{'s' if threads > 1 else ''}[/]")
     out = Path(args.out)

@@ -153,10 +153,22 @@ def arrival_diagnostics(result: EdgeResult, global_arrays: list[np.ndarray]) -> 
 
 def make_executor(federation: Federation, workers: int | None = None, *,
                   device: torch.device | str = "cpu") -> ClientExecutor:
-    """The executor for ``workers`` processes (None: one per core): sequential in this process
-    for 1, else a :class:`ParallelExecutor` (same results, less wall time). On a GPU
-    (``device`` not the CPU) one process trains: forked workers cannot share a CUDA context."""
+    """The executor ``run.executor`` names for ``workers`` processes (None: one per core).
+
+    ``inprocess``: sequential in this process for 1 worker, else a :class:`ParallelExecutor`
+    (same results, less wall time); on a GPU (``device`` not the CPU) one process trains:
+    forked workers cannot share a CUDA context. ``batched``: a
+    :class:`~fedcure_app.simulation.batched.BatchedExecutor` in this process (one computation
+    per coalition; parallel runs come from ``fedcure experiment --jobs``)."""
     n = resolve_workers(workers)
+    if federation.cfg.run.executor == "batched":
+        from fedcure_app.simulation.batched import BatchedExecutor
+
+        if n > 1:
+            log.info("the batched executor trains in one process (--workers %d unused)", n)
+        ds = federation.dataset
+        return BatchedExecutor(ds.name, ds.num_classes, client_tensors(federation),
+                               device=device)
     if torch.device(device).type != "cpu":
         if n > 1:
             log.info("training on %s in one process (worker processes are CPU-only)", device)
@@ -167,6 +179,16 @@ def make_executor(federation: Federation, workers: int | None = None, *,
     test = (torch.from_numpy(ds.x_test).float(), torch.from_numpy(ds.y_test).long())
     return ParallelExecutor(ds.name, ds.num_classes, client_tensors(federation), n,
                             test_data=test)
+
+
+#: Test samples per forward pass when the global model is evaluated on a GPU: the whole
+#: MNIST or CIFAR-10 test split in a few launches (on the CPU, 256 keeps activations in cache).
+GPU_EVAL_BATCH = 5000
+
+
+def eval_batch_size(device: torch.device | str) -> int:
+    """Evaluation batch for ``device``: :data:`GPU_EVAL_BATCH` on a GPU, else 256."""
+    return GPU_EVAL_BATCH if torch.device(device).type != "cpu" else 256
 
 
 @dataclass(order=True)
@@ -260,7 +282,8 @@ class SimulationEngine:
             if got is not None:
                 return float(got[0]), float(got[1]), np.asarray(got[2]).tolist()
         set_weights(self._eval_model, self.strategy.global_arrays)
-        res = evaluate(self._eval_model, self._x_test, self._y_test)
+        res = evaluate(self._eval_model, self._x_test, self._y_test,
+                       batch_size=eval_batch_size(self.device))
         return float(res.accuracy), float(res.loss), [list(row) for row in res.confusion]
 
     def _decision_inputs(self) -> dict[str, Any]:
@@ -384,10 +407,10 @@ def simulate(
     fed = build_federation(cfg, dataset)
     own = executor is None
     if executor is None:
-        if cfg.run.executor != "inprocess":
+        if cfg.run.executor == "flower":
             raise ValueError(
                 "the flower executor runs under `flwr run` (see docs/flower.md); "
-                "use --executor inprocess here"
+                "use --executor inprocess or batched here"
             )
         executor = make_executor(fed, workers, device=device)
     try:
