@@ -50,6 +50,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=int,
                    help="worker processes training a run's clients in parallel (default: "
                    "number of cores; results do not depend on it)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="runs simulated at once, each in its own process with one worker and "
+                   "one torch thread, sharing the run cache (on --device cuda they share the "
+                   "GPU); default 1")
+    p.add_argument("--executor", choices=["inprocess", "batched"],
+                   help="who trains a run's clients: inprocess (one after another, the "
+                   "default) or batched (a coalition's clients as one vmapped computation: "
+                   "same results to float tolerance, a run of its own in the cache)")
+    p.add_argument("--reading", default="literal", choices=list(_readings()),
+                   help="reading of what the paper leaves open (default literal; momentum: "
+                   "SGD momentum 0.9); its results go to <experiment>-<reading>/ folders")
     add_device_option(p)
     p.add_argument("--fresh", action="store_true", help="ignore cached runs in --out")
     p.add_argument("--cache-only", action="store_true",
@@ -64,9 +75,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _readings() -> tuple[str, ...]:
+    from fedcure_app.experiments.readings import READINGS
+
+    return tuple(READINGS)
+
+
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     from fedcure_app.experiments.report import write_report
     from fedcure_app.experiments.suite import parse_datasets, parse_experiments, run_dataset
@@ -97,14 +121,15 @@ def run(args: argparse.Namespace) -> int:
     outcomes = []
     with Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TextColumn("{task.fields[acc]}"), TimeElapsedColumn(),
+        TextColumn("{task.fields[acc]}"), TimeElapsedColumn(), TimeRemainingColumn(),
         console=console, disable=args.no_progress,
     ) as progress:
         for name in datasets:
             o = run_dataset(name, experiments, data_dir=args.data_dir, budget=args.budget,
                             seeds=args.seeds, out=out, progress=progress, fresh=args.fresh,
                             workers=workers, side_seeds=args.side_seeds, device=device,
-                            cache_only=args.cache_only, variants=variants)
+                            cache_only=args.cache_only, variants=variants,
+                            reading=args.reading, executor=args.executor, jobs=args.jobs)
             outcomes.append(o)
             if o.skipped:
                 progress.console.print(f"[yellow]{name}: skipped[/] — {o.skipped}")
@@ -138,6 +163,10 @@ def _check_inputs(args: argparse.Namespace, datasets: list[str], out: Path) -> N
 
     at_least(args, "seeds", 1)
     at_least(args, "side_seeds", 1)
+    at_least(args, "jobs", 1)
+    if args.reading != "literal" and args.name == "ablation":
+        raise UsageError("--reading: the ablation varies one knob at a time against the literal "
+                         "reading; run it without --reading")
     if args.side_seeds is not None:
         try:
             get_budget(args.budget, datasets[0], args.seeds, args.side_seeds)
@@ -170,4 +199,10 @@ def _command(args: argparse.Namespace) -> str:
         parts += ["--side-seeds", str(args.side_seeds)]
     if args.threads is not None:
         parts += ["--threads", str(args.threads)]
+    if args.reading != "literal":
+        parts += ["--reading", args.reading]
+    if args.executor:
+        parts += ["--executor", args.executor]
+    if args.jobs != 1:
+        parts += ["--jobs", str(args.jobs)]
     return " ".join(shlex.quote(p) for p in parts)

@@ -15,6 +15,7 @@ from typing import Any
 from fedcure_app.config import FedCureConfig, apply_flat
 from fedcure_app.data import Dataset
 from fedcure_app.experiments.budget import Budget, base_config
+from fedcure_app.experiments.readings import READINGS, LITERAL, Reading
 from fedcure_app.experiments.runner import Runner, RunSpec
 
 
@@ -27,14 +28,20 @@ class Context:
     budget: Budget
     out_dir: Path
     runner: Runner
+    #: the reading of the paper's setting the runs use (:mod:`.readings`)
+    reading: Reading = READINGS[LITERAL]
+    #: flat overrides every run takes besides the reading's (e.g. the executor)
+    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
         return self.dataset.name
 
     def base(self) -> FedCureConfig:
-        """The budget's configuration for this dataset (seed 0, FedCure)."""
-        return base_config(self.dataset.name, self.data_dir, self.budget)
+        """The budget's configuration for this dataset under the reading (seed 0, FedCure)."""
+        cfg = base_config(self.dataset.name, self.data_dir, self.budget)
+        flat = {**self.reading.flat, **self.extra}
+        return apply_flat(cfg, flat) if flat else cfg
 
     def seeds(self, side: bool = False) -> list[int]:
         """Table 1's seeds, or (``side``) the clustering/RH seeds, a prefix of them."""
@@ -51,8 +58,9 @@ class Context:
                        schedule_only=schedule_only, needs=needs)
 
     def folder(self, experiment: str) -> Path:
-        """``out_dir/experiment``, created."""
-        p = self.out_dir / experiment
+        """``out_dir/experiment`` (``experiment-<reading>`` under a reading other than the
+        literal one), created."""
+        p = self.out_dir / self.reading.folder(experiment)
         p.mkdir(parents=True, exist_ok=True)
         return p
 
@@ -68,6 +76,10 @@ class Section:
     figures: list[Path] = field(default_factory=list)
     data: dict[str, Any] = field(default_factory=dict)
     wall_seconds: float = 0.0
+    #: the reading of the paper's setting its runs used (:mod:`.readings`)
+    reading: str = LITERAL
+    #: the budget its runs used (``tiny``, ``quick``, ``paper``); None when not known
+    budget: str | None = None
 
     def save(self, folder: Path) -> Path:
         """Write ``summary.json`` (numbers, figure names, Markdown) into ``folder``."""
@@ -76,7 +88,8 @@ class Section:
         path.write_text(json.dumps({
             "experiment": self.experiment, "title": self.title, "dataset": self.dataset,
             "wall_seconds": self.wall_seconds, "figures": [f.name for f in self.figures],
-            "data": self.data, "markdown": self.markdown,
+            "data": self.data, "markdown": self.markdown, "reading": self.reading,
+            "budget": self.budget,
         }, indent=1))
         return path
 

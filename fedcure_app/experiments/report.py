@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedcure_app.experiments.base import markdown_table
+from fedcure_app.experiments.base import Section, markdown_table
 from fedcure_app.experiments.paper import (
     PAPER,
     PAPER_FIG3_RATIO,
@@ -25,6 +25,7 @@ from fedcure_app.experiments.paper import (
     TABLE1_NOTE,
     PaperTable1,
 )
+from fedcure_app.experiments.readings import LITERAL, READINGS
 from fedcure_app.experiments.stats import fmt_d, mean_std
 from fedcure_app.experiments.suite import REPORT_ORDER, DatasetOutcome
 from fedcure_app.experiments.table1 import METHODS
@@ -34,6 +35,18 @@ FORMED: tuple[str, ...] = ("fedgreedy", "fedfair", "fedcure")
 PLAIN: tuple[str, ...] = ("greedy", "fair")
 
 log = logging.getLogger(__name__)
+
+
+def reading_sections(o: DatasetOutcome, experiment: str) -> list[tuple[str, Section]]:
+    """(reading name, section) of ``experiment`` for every reading ``o`` holds, the literal
+    reading first (:mod:`.readings`)."""
+    return [(r.name, o.sections[r.folder(experiment)]) for r in READINGS.values()
+            if r.folder(experiment) in o.sections]
+
+
+def labelled(name: str, reading: str) -> str:
+    """``name`` with the reading after it unless it is the literal one: ``mnist · momentum``."""
+    return name if reading == LITERAL else f"{name} · {reading}"
 
 
 def _minutes(seconds: float) -> str:
@@ -67,18 +80,30 @@ class OurTable1:
     dataset: str
     accuracy: Mapping[str, tuple[float, float]]
     cohens_d: float | None
+    #: the reading of the paper's setting the runs used (:mod:`.readings`)
+    reading: str = LITERAL
+
+    @property
+    def label(self) -> str:
+        """The dataset, with the reading unless it is the literal one."""
+        return labelled(self.dataset, self.reading)
 
 
-def our_table1(o: DatasetOutcome) -> OurTable1 | None:
-    """Our Table 1 for ``o`` in percent, or None when Table 1 was not run for it."""
-    t = o.sections.get("table1")
+def our_table1(o: DatasetOutcome, reading: str = LITERAL) -> OurTable1 | None:
+    """Our Table 1 for ``o`` under ``reading`` in percent, or None when it was not run."""
+    t = o.sections.get(READINGS[reading].folder("table1"))
     if t is None:
         return None
     acc = {}
     for m in METHODS:
         mu, sd = mean_std(t.data["final_accuracy"][m])
         acc[m] = (100.0 * mu, 100.0 * sd)
-    return OurTable1(o.name, acc, t.data["cohens_d_fedcure_vs_fedfair"])
+    return OurTable1(o.name, acc, t.data["cohens_d_fedcure_vs_fedfair"], reading)
+
+
+def our_tables1(o: DatasetOutcome) -> list[OurTable1]:
+    """Our Table 1 for ``o`` under every reading it holds, the literal one first."""
+    return [t for r in READINGS if (t := our_table1(o, r)) is not None]
 
 
 def _pct(mean: float, std: float) -> str:
@@ -97,13 +122,13 @@ def _columns(t: OurTable1, paper: PaperTable1) -> list[tuple[str, list[str]]]:
     """One dataset's columns as (heading, cells: the five methods, then Cohen's d): ours, and
     where the paper reports the dataset, the paper's and ours − paper (points)."""
     d = fmt_d(t.cohens_d) if t.cohens_d is not None else "n/a"
-    cols = [(f"{t.dataset} (ours)", [_pct(*t.accuracy[m]) for m in METHODS] + [d])]
+    cols = [(f"{t.label} (ours)", [_pct(*t.accuracy[m]) for m in METHODS] + [d])]
     if t.dataset not in paper.accuracy:
         return cols
     p, pd = paper.accuracy[t.dataset], paper.cohens_d[t.dataset]
     cols.append((f"{paper.names[t.dataset]} (paper)",
                  [_pct(*p[m]) for m in METHODS] + [f"{pd:.2f}"]))
-    cols.append((f"{t.dataset}: ours − paper",
+    cols.append((f"{t.label}: ours − paper",
                  [f"{t.accuracy[m][0] - p[m][0]:+.2f}" for m in METHODS]
                  + [_d_diff(t.cohens_d, pd)]))
     return cols
@@ -112,7 +137,13 @@ def _columns(t: OurTable1, paper: PaperTable1) -> list[tuple[str, list[str]]]:
 def table1_comparison(tables: Sequence[OurTable1], paper: PaperTable1 = PAPER_TABLE1) -> str:
     """Markdown table: one row per method (and Cohen's d), per dataset our column, then the
     paper's and the difference where the paper reports that dataset."""
-    columns = [c for t in tables for c in _columns(t, paper)]
+    columns, shown = [], set()
+    for t in tables:  # the paper's column once per dataset, after its first reading
+        cols = _columns(t, paper)
+        if t.dataset in shown and len(cols) == 3:
+            cols = [cols[0], cols[2]]
+        shown.add(t.dataset)
+        columns += cols
     labels = list(METHODS.values()) + ["Cohen's d (FedCure vs FedFair)"]
     rows = [[label] + [cells[i] for _, cells in columns] for i, label in enumerate(labels)]
     return markdown_table(["method"] + [h for h, _ in columns], rows)
@@ -160,15 +191,17 @@ def ordering_line(dataset: str, ours: Mapping[str, float], paper: Mapping[str, f
 def _table1_notes(tables: Sequence[OurTable1], paper: PaperTable1 = PAPER_TABLE1) -> list[str]:
     """Lines under the combined table: the ordering per reported dataset, then which datasets
     the paper has no column for and which of its columns we did not run."""
-    means = {t.dataset: {m: mu for m, (mu, _) in t.accuracy.items()} for t in tables}
-    lines = [ordering_line(ds, ours, {m: mu for m, (mu, _) in paper.accuracy[ds].items()})
-             for ds, ours in means.items() if ds in paper.accuracy]
+    means = {t.label: {m: mu for m, (mu, _) in t.accuracy.items()} for t in tables}
+    dataset = {t.label: t.dataset for t in tables}
+    lines = [ordering_line(label, ours, {m: mu for m, (mu, _) in
+                                         paper.accuracy[dataset[label]].items()})
+             for label, ours in means.items() if dataset[label] in paper.accuracy]
     if lines:
         lines = ["Does the paper's ordering hold in ours (mean final accuracy)?", ""] + lines
-    for ds in means:
+    for ds in dict.fromkeys(dataset.values()):
         if ds not in paper.accuracy:
             lines += ["", f"The paper has no {ds} column, so {ds} shows our numbers only."]
-    missing = [paper.names[ds] for ds in paper.accuracy if ds not in means]
+    missing = [paper.names[ds] for ds in paper.accuracy if ds not in dataset.values()]
     if missing:
         lines += ["", f"Not run here, so not shown: the paper's {', '.join(missing)} column(s)."]
     return lines
@@ -176,20 +209,22 @@ def _table1_notes(tables: Sequence[OurTable1], paper: PaperTable1 = PAPER_TABLE1
 
 def _table1_combined(done: Sequence[DatasetOutcome]) -> str:
     """Our Table 1 next to the paper's, with the differences and the ordering checks."""
-    tables = [t for t in map(our_table1, done) if t is not None]
+    tables = [t for o in done for t in our_tables1(o)]
     if not tables:
         return "_Table 1 was not run._"
-    cells = [line for o in done for line in table1_cell_notes(o)]
+    cells = [line for o in done for r in READINGS for line in table1_cell_notes(o, reading=r)]
     if cells:
         cells = ["", "Each difference, as our runs show it:", "", *cells]
     return "\n".join([table1_comparison(tables), "", TABLE1_NOTE, "", *_table1_notes(tables),
                       *cells])
 
 
-def table1_cell_notes(o: DatasetOutcome, paper: PaperTable1 = PAPER_TABLE1) -> list[str]:
-    """One line per method of a dataset the paper reports: ours − paper and what our runs show
-    about it (who participated, whether the accuracy was still rising at the end)."""
-    t = o.sections.get("table1")
+def table1_cell_notes(o: DatasetOutcome, paper: PaperTable1 = PAPER_TABLE1, *,
+                      reading: str = LITERAL) -> list[str]:
+    """One line per method of a dataset the paper reports, under ``reading``: ours − paper and
+    what our runs show about it (who participated, whether the accuracy was still rising at
+    the end)."""
+    t = o.sections.get(READINGS[reading].folder("table1"))
     if t is None or o.name not in paper.accuracy or "shares" not in t.data:
         return []
     k = t.data.get("max_concurrent")
@@ -215,7 +250,7 @@ def table1_cell_notes(o: DatasetOutcome, paper: PaperTable1 = PAPER_TABLE1) -> l
                          "leans toward the last arrivals' classes")
         what += (f"; accuracy moved {gain:+.1f} points over the last tenth of the rounds "
                  f"(best {best:.2f} %).")
-        lines.append(f"- **{o.name} {name}**: {ours:.2f} % vs the paper's "
+        lines.append(f"- **{labelled(o.name, reading)} {name}**: {ours:.2f} % vs the paper's "
                      f"{paper.accuracy[o.name][m][0]:.2f} % ({diff:+.2f}): {what}")
     return lines
 
@@ -296,27 +331,25 @@ def _gap_rows(done: Sequence[DatasetOutcome]) -> list[list[str]]:
                      f"{before:.4f} → {after:.4f}",
                      f"{before - jb.value:+.4f} / {after - ja.value:+.4f}", why])
     pc = PAPER["lowest_latency_cov"]
-    for o in done:
-        e = o.sections.get("efficiency")
-        if e is None:
-            continue
+    for o, reading, e in ((o, r, e) for o in done for r, e in reading_sections(o, "efficiency")):
         covs = {m: float(np.mean(v)) for m, v in e.data["latency_cov"].items()}
         lowest = min(covs, key=covs.get)
         ours = covs["fedcure"]
         why = (f"Lowest here: {METHODS[lowest]} ({covs[lowest]:.4f}); the paper's ordering "
                f"(FedCure and FedGreedy below FedFair and Fair) {e.data['cov_ordering']}. ")
         why += _cov_reason(e.data, covs)
-        rows.append([f"latency COV of FedCure ({o.name})", f"{pc.value:.4f} (lowest of all)",
+        rows.append([f"latency COV of FedCure ({labelled(o.name, reading)})",
+                     f"{pc.value:.4f} (lowest of all)",
                      f"{ours:.4f}", f"×{ours / pc.value:.1f}", why])
-    for o in done:
-        c = o.sections.get("clustering")
-        if c is None or "fig3_ratio" not in c.data:
+    for o, reading, c in ((o, r, c) for o in done for r, c in reading_sections(o, "clustering")):
+        if "fig3_ratio" not in c.data:
             continue
         ours_ratio = c.data["fig3_ratio"]
         paper_ratio = PAPER_FIG3_RATIO.get(o.name)
         bests = c.data["best_accuracy"]
         rows.append([
-            f"best accuracy, FedCure's coalitions / initial ones ({o.name}, Fig. 3)",
+            f"best accuracy, FedCure's coalitions / initial ones "
+            f"({labelled(o.name, reading)}, Fig. 3)",
             f"{paper_ratio:.2f}x" if paper_ratio is not None else "not reported",
             f"{ours_ratio:.2f}x ({100 * np.mean(bests['fedcure']):.2f} % / "
             f"{100 * np.mean(bests['none']):.2f} %)",
@@ -328,24 +361,18 @@ def _gap_rows(done: Sequence[DatasetOutcome]) -> list[list[str]]:
             "over the formed coalitions' (near their plateau)."])
     pr = PAPER["max_accuracy_ratio"]
     best = None
-    for o in done:
-        t = o.sections.get("table1")
-        if t is None:
-            continue
+    for o, reading, t in ((o, r, t) for o in done for r, t in reading_sections(o, "table1")):
         acc = {m: float(np.mean(v)) for m, v in t.data["final_accuracy"].items()}
         worst = min((m for m in acc if m != "fedcure"), key=acc.get)
         ratio = acc["fedcure"] / max(acc[worst], 1e-9)
         if best is None or ratio > best[0]:
-            best = (ratio, o.name, worst)
-    for o in done:
-        t = o.sections.get("table1")
-        if t is None:
-            continue
+            best = (ratio, labelled(o.name, reading), worst)
+    for o, reading, t in ((o, r, t) for o in done for r, t in reading_sections(o, "table1")):
         acc = {m: float(np.mean(v)) for m, v in t.data["final_accuracy"].items()}
         runner_up = max((m for m in acc if m != "fedcure"), key=acc.get)
         margin = 100 * (acc["fedcure"] - acc[runner_up])
         d = t.data["cohens_d_fedcure_vs_fedfair"]
-        rows.append([f"FedCure most accurate of the five ({o.name})",
+        rows.append([f"FedCure most accurate of the five ({labelled(o.name, reading)})",
                      "yes (it improves on all four baselines)",
                      f"{'yes' if margin > 0 else 'no'}: {margin:+.2f} points over "
                      f"{METHODS[runner_up]}",
@@ -363,8 +390,21 @@ def _gap_rows(done: Sequence[DatasetOutcome]) -> list[list[str]]:
     return rows
 
 
+def readings_note(done: Sequence[DatasetOutcome]) -> list[str]:
+    """What each reading in the report changes and why (nothing when only the literal one is
+    there)."""
+    used = {s.reading for o in done for s in o.sections.values()}
+    if used <= {LITERAL}:
+        return []
+    lines = ["Readings of the paper's setting in this report (columns and rows say which; "
+             "unlabelled ones are the literal reading):", ""]
+    lines += [f"- **{r.name}** ({r.label}): {r.why}." for r in READINGS.values()
+              if r.name in used or r.name == LITERAL]
+    return lines + [""]
+
+
 def _paper_section(done: Sequence[DatasetOutcome]) -> str:
-    parts = ["## Our numbers next to the paper's", "",
+    parts = ["## Our numbers next to the paper's", "", *readings_note(done),
              "### Table 1 — final test accuracy (%), edge non-IID, mean ± std over seeds", "",
              _table1_combined(done), "", "### The paper's headline claims", ""]
     rows = _gap_rows(done)
@@ -429,11 +469,14 @@ def _differences_note(done: Sequence[DatasetOutcome]) -> str:
 
 def _dataset_section(o: DatasetOutcome, out: Path) -> str:
     lines = [f"## {o.name}", ""]
-    for exp in REPORT_ORDER:
-        s = o.sections.get(exp)
+    keys = [r.folder(exp) for exp in REPORT_ORDER for r in READINGS.values()]
+    for key in dict.fromkeys(keys):
+        s = o.sections.get(key)
         if s is None:
             continue
-        lines += [f"### {s.title}", "", s.markdown, ""]
+        title = s.title if s.reading == LITERAL else (
+            f"{s.title} — reading: {READINGS[s.reading].label}")
+        lines += [f"### {title}", "", s.markdown, ""]
         for fig in s.figures:
             rel = fig.relative_to(out) if fig.is_absolute() == out.is_absolute() else fig
             lines.append(f"![{s.experiment}: {fig.stem}]({rel.as_posix()})")

@@ -19,6 +19,7 @@ import gzip
 import hashlib
 import json
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -108,6 +109,67 @@ class RunSpec:
         return hashlib.blake2b(blob.encode(), digest_size=10).hexdigest()
 
 
+class RunLock:
+    """An exclusive claim on simulating one run: the file ``<cache entry>.lock`` holding the
+    owner's PID, made with ``O_EXCL``. A lock whose owner is gone (a killed process) is taken
+    over; one held by a live process is waited for (``waited`` is then True, and the caller
+    reads the run the other process stored). Without a cache path it is a no-op."""
+
+    POLL_S = 1.0
+
+    def __init__(self, entry: Path | None) -> None:
+        self.path = None if entry is None else entry.with_name(entry.name + ".lock")
+        self.waited = False
+
+    def _owner(self) -> int | None:
+        try:
+            return int(self.path.read_text().strip() or 0) or None  # type: ignore[union-attr]
+        except (OSError, ValueError):
+            return None
+
+    def __enter__(self) -> RunLock:
+        if self.path is None:
+            return self
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        while True:
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                owner = self._owner()
+                if owner is None or not _alive(owner):
+                    log.info("taking over %s (its process %s is gone)", self.path.name, owner)
+                    self.path.unlink(missing_ok=True)
+                    continue
+                if not self.waited:
+                    log.info("waiting for process %d, which simulates %s", owner,
+                             self.path.name)
+                self.waited = True
+                time.sleep(self.POLL_S)
+                continue
+            with os.fdopen(fd, "w") as fh:
+                fh.write(str(os.getpid()))
+            return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.path is not None and self._owner() == os.getpid():
+            self.path.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (a zombie counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(") ")[-1][:1] != "Z"
+    except OSError:
+        return True
+
+
 class MissingRun(ValueError):
     """A run the caller asked for is not in the cache and the runner may not simulate it."""
 
@@ -187,12 +249,17 @@ class Runner:
     clients (None: one per core; results do not depend on it, so it is not in the cache key);
     ``device``: where they train (likewise); ``cache_only``: never simulate — a run missing
     from the cache raises :class:`MissingRun` in :meth:`run_one` and is left out by
-    :meth:`run_all` (a cached run lacking a spec's ``needs`` is used as it is).
+    :meth:`run_all` (a cached run lacking a spec's ``needs`` is used as it is); ``jobs``:
+    distinct runs :meth:`run_all` simulates at once, each in a process of its own with one
+    worker (:mod:`.jobs`). A run is simulated under a lock file beside its cache entry, so
+    two processes (or two commands on the same ``cache_dir``) never run or write the same run.
     """
 
     def __init__(self, dataset: Dataset, cache_dir: Path | None = None, *,
                  progress: Any = None, fresh: bool = False, workers: int | None = 1,
-                 device: Any = "cpu", cache_only: bool = False) -> None:
+                 device: Any = "cpu", cache_only: bool = False, jobs: int = 1) -> None:
+        if jobs < 1:
+            raise ValueError(f"--jobs must be >= 1, got {jobs}")
         self.dataset = dataset
         self.cache_dir = cache_dir
         self.progress = progress
@@ -200,6 +267,7 @@ class Runner:
         self.workers = workers
         self.device = device
         self.cache_only = cache_only
+        self.jobs = int(jobs)
         self.results: dict[str, dict[str, Any]] = {}
         self.cached_hits = 0
         self.simulated = 0
@@ -210,8 +278,11 @@ class Runner:
         return None if self.cache_dir is None else self.cache_dir / f"{spec.key}.json.gz"
 
     def _load(self, spec: RunSpec) -> dict[str, Any] | None:
+        return None if self.fresh else self._read(spec)
+
+    def _read(self, spec: RunSpec) -> dict[str, Any] | None:
         p = self._path(spec)
-        if p is None or self.fresh or not p.is_file():
+        if p is None or not p.is_file():
             return None
         try:
             with gzip.open(p, "rt") as fh:
@@ -247,6 +318,16 @@ class Runner:
             self.results[key] = result
         return result
 
+    def adopt(self, spec: RunSpec, seconds: float) -> None:
+        """Take the result another process simulated for ``spec`` (in ``seconds``) and stored
+        in the cache, counting it as simulated."""
+        result = self._read(spec)
+        if result is None:
+            raise MissingRun(f"run {spec.label!r} was simulated but is not in the cache")
+        self.results[spec.key] = result
+        self.simulated += 1
+        self.wall_seconds += seconds
+
     def needs_simulation(self, spec: RunSpec) -> bool:
         """Whether :meth:`run_one` would simulate ``spec`` (not cached, or lacking its
         ``needs``)."""
@@ -260,8 +341,6 @@ class Runner:
         """The result of ``spec``: from memory, the cache, or a fresh simulation (also when the
         cached one lacks a field of ``spec.needs``: the fresh result replaces it, with a
         ``rerun_check`` against it)."""
-        from fedcure_app.simulation.engine import simulate
-
         key = spec.key
         result = self.results.get(key)
         if result is None:
@@ -280,22 +359,35 @@ class Runner:
             raise MissingRun(f"run {spec.label!r} is not in the cache"
                              f"{f' ({self.cache_dir})' if self.cache_dir else ''}")
         else:
-            t0 = time.perf_counter()
-            if spec.schedule_only:
-                result = _schedule_only(spec, self.dataset, on_round)
-            else:
-                result = simulate(spec.cfg, dataset=self._view(spec.eval_samples),
-                                  on_round=on_round, workers=self.workers, device=self.device)
-            self.wall_seconds += time.perf_counter() - t0
-            self.simulated += 1
-            result["label"] = previous.get("label", spec.label) if previous else spec.label
-            if previous is not None:
-                result["rerun_check"] = rerun_check(previous, result)
-                if not result["rerun_check"]["identical"]:
-                    log.warning("%s: the new simulation differs from the cached one: %s",
-                                spec.label, result["rerun_check"])
-            self._store(spec, result)
+            with RunLock(self._path(spec)):
+                result = self._load(spec)  # another process may have stored it meanwhile
+                if result is not None and (not spec.needs or holds(result, spec.needs)):
+                    self.cached_hits += 1
+                else:
+                    result = self._simulate(spec, previous, on_round)
         self.results[key] = result
+        return result
+
+    def _simulate(self, spec: RunSpec, previous: dict[str, Any] | None,
+                  on_round: Callable[[dict[str, Any]], None] | None) -> dict[str, Any]:
+        """Simulate ``spec`` now and store it (``previous``: the cached result it replaces)."""
+        from fedcure_app.simulation.engine import simulate
+
+        t0 = time.perf_counter()
+        if spec.schedule_only:
+            result = _schedule_only(spec, self.dataset, on_round)
+        else:
+            result = simulate(spec.cfg, dataset=self._view(spec.eval_samples),
+                              on_round=on_round, workers=self.workers, device=self.device)
+        self.wall_seconds += time.perf_counter() - t0
+        self.simulated += 1
+        result["label"] = previous.get("label", spec.label) if previous else spec.label
+        if previous is not None:
+            result["rerun_check"] = rerun_check(previous, result)
+            if not result["rerun_check"]["identical"]:
+                log.warning("%s: the new simulation differs from the cached one: %s",
+                            spec.label, result["rerun_check"])
+        self._store(spec, result)
         return result
 
     def run_all(self, specs: Iterable[RunSpec]) -> dict[str, dict[str, Any]]:
@@ -309,6 +401,12 @@ class Runner:
         todo = list(unique.values())
         if self.cache_only:
             todo = [s for s in todo if self.peek(s) is not None]
+        if self.jobs > 1 and not self.cache_only:
+            from fedcure_app.experiments.jobs import run_parallel
+
+            pending = [s for s in todo if self.needs_simulation(s)]
+            if len(pending) > 1:
+                run_parallel(self, pending)
         prog = self.progress
         overall = None
         if prog is not None and todo:
@@ -346,5 +444,6 @@ class Runner:
         return {k: self.results[k] for k in unique if k in self.results}
 
 
-__all__ = ["CACHE_VERSION", "RESULT_NEUTRAL", "V1_FIELDS", "MissingRun", "RunSpec", "Runner",
+__all__ = ["CACHE_VERSION", "RESULT_NEUTRAL", "V1_FIELDS", "MissingRun", "RunLock", "RunSpec",
+           "Runner",
            "ScheduleOnlyExecutor", "eval_view", "holds", "key_config", "rerun_check"]

@@ -18,6 +18,7 @@ from fedcure_app.data import DATASETS, DatasetError, load_dataset
 from fedcure_app.experiments import NAMES, ablation, clustering, efficiency, formation, rh, table1
 from fedcure_app.experiments.base import Context, Section
 from fedcure_app.experiments.budget import Budget, get_budget
+from fedcure_app.experiments.readings import LITERAL, READINGS, get_reading
 from fedcure_app.experiments.runner import Runner
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,9 @@ EXPERIMENTS: dict[str, ModuleType] = {
 #: The order sections appear in the report (the paper's, then ours).
 REPORT_ORDER: tuple[str, ...] = ("formation", "clustering", "table1", "efficiency", "rh",
                                  "ablation")
+#: The experiments a reading other than the literal one can run under (the ablation varies one
+#: knob against the literal reading); their sections of every reading join the report.
+READING_EXPERIMENTS: tuple[str, ...] = ("table1", "clustering", "efficiency", "rh", "formation")
 #: ``--dataset all``: the offline default, then the paper's four datasets.
 ALL_DATASETS: tuple[str, ...] = ("digits", "mnist", "cifar10", "svhn", "cinic10")
 
@@ -79,13 +83,18 @@ def run_dataset(name: str, experiments: list[str], *, data_dir: str | None, budg
                 seeds: int | None, out: Path, progress: Any = None, fresh: bool = False,
                 workers: int | None = 1, side_seeds: int | None = None, device: Any = "cpu",
                 cache_only: bool = False,
-                variants: list[str] | None = None) -> DatasetOutcome:
+                variants: list[str] | None = None, reading: str = LITERAL,
+                executor: str | None = None, jobs: int = 1) -> DatasetOutcome:
     """Every experiment in ``experiments`` on dataset ``name`` (skipped if its files are
     missing); ``workers``: processes training each run's clients (None: one per core);
     ``device``: where they train; ``cache_only``: simulate nothing (see
     :class:`~fedcure_app.experiments.runner.Runner`); ``variants``: simulate only these
-    ablation variants (the others are read from the cache, or listed as not run yet). An ablation written earlier for the same
-    budget joins the outcome (read from its ``summary.json``) when it is not run now."""
+    ablation variants (the others are read from the cache, or listed as not run yet);
+    ``reading``: the reading of the paper's setting (:mod:`.readings`), whose sections go to
+    ``<experiment>-<reading>/`` folders; ``executor``: the simulation's executor (None: the
+    configuration's default); ``jobs``: runs simulated at once in separate processes. An
+    ablation, or a section of another reading, written earlier for the same budget joins the
+    outcome (read from its ``summary.json``) when it is not run now."""
     outcome = DatasetOutcome(name)
     t0 = time.perf_counter()
     try:
@@ -97,9 +106,10 @@ def run_dataset(name: str, experiments: list[str], *, data_dir: str | None, budg
     b = get_budget(budget, name, seeds, side_seeds)
     outcome.budget = b
     runner = Runner(dataset, out / name / "runs", progress=progress, fresh=fresh,
-                    workers=workers, device=device, cache_only=cache_only)
+                    workers=workers, device=device, cache_only=cache_only, jobs=jobs)
     ctx = Context(dataset=dataset, data_dir=data_dir, budget=b, out_dir=out / name,
-                  runner=runner)
+                  runner=runner, reading=get_reading(reading),
+                  extra={"executor": executor} if executor else {})
     outcome.config = ctx.base().model_dump(mode="json", by_alias=True)
     outcome.config["data"].pop("data-dir", None)
     outcome.test_samples = min(dataset.test_size, b.eval_samples or dataset.test_size)
@@ -117,13 +127,18 @@ def run_dataset(name: str, experiments: list[str], *, data_dir: str | None, budg
             runner.run_all(module.plan(ctx))
             section = module.analyse(ctx)
         section.wall_seconds = time.perf_counter() - e0
+        section.reading = reading
+        section.budget = b.name
         section.save(ctx.folder(exp))
-        outcome.sections[exp] = section
+        outcome.sections[ctx.reading.folder(exp)] = section
         log.info("%s/%s done in %.1f s", name, exp, section.wall_seconds)
-    if "ablation" not in experiments:
-        earlier = earlier_section(ctx.out_dir / "ablation", b.name)
+    earlier_keys = [] if "ablation" in experiments else ["ablation"]
+    earlier_keys += [r.folder(exp) for exp in READING_EXPERIMENTS for r in READINGS.values()
+                     if r.name != reading]
+    for key in earlier_keys:
+        earlier = earlier_section(ctx.out_dir / key, b.name)
         if earlier is not None:
-            outcome.sections["ablation"] = earlier
+            outcome.sections[key] = earlier
     outcome.wall_seconds = time.perf_counter() - t0
     outcome.runs_simulated = runner.simulated
     outcome.runs_cached = runner.cached_hits
@@ -136,15 +151,18 @@ def earlier_section(folder: Path, budget: str) -> Section | None:
     """The section an earlier run of an experiment saved in ``folder`` (its ``summary.json``
     and figures), if it ran at ``budget``; else None."""
     summary = ablation.load_summary(folder)
-    if summary is None or summary.get("data", {}).get("budget") != budget:
+    if summary is None or (summary.get("budget")
+                           or summary.get("data", {}).get("budget")) != budget:
         return None
     return Section(summary["experiment"], summary["title"], summary["dataset"],
                    summary["markdown"], [folder / f for f in summary["figures"]],
-                   summary["data"], float(summary.get("wall_seconds", 0.0)))
+                   summary["data"], float(summary.get("wall_seconds", 0.0)),
+                   summary.get("reading", LITERAL), budget)
 
 
 __all__ = [
-    "ALL_DATASETS", "DatasetOutcome", "EXPERIMENTS", "REPORT_ORDER", "earlier_section",
+    "ALL_DATASETS", "DatasetOutcome", "EXPERIMENTS", "READING_EXPERIMENTS", "REPORT_ORDER",
+    "earlier_section",
     "parse_datasets",
     "parse_experiments", "run_dataset",
 ]
