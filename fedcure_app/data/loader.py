@@ -29,11 +29,13 @@ class FileReader:
     locate: Callable[[Path], Path]
     source_files: Callable[[Path], list[Path]]
     read: Callable[[Path], RawSplits]
+    #: what the source is, for ``fedcure data info`` and results (default: its path)
+    describe: Callable[[Path], str] = str
 
 
 READERS: dict[str, FileReader] = {
     "mnist": FileReader(mnist.locate, mnist.source_files, mnist.read),
-    "cifar10": FileReader(cifar.locate, cifar.source_files, cifar.read),
+    "cifar10": FileReader(cifar.locate, cifar.source_files, cifar.read, cifar.describe),
     "svhn": FileReader(svhn.locate, svhn.source_files, svhn.read),
     "cinic10": FileReader(cinic.locate, cinic.source_files, cinic.read),
 }
@@ -103,7 +105,7 @@ def load_dataset(name: str, data_dir: str | Path | None = None, *, cache: bool =
     else:
         src = locate_source(key, data_dir, download=download)
         raw, from_cache = _read_or_cached(key, src, cache)
-        source = str(src)
+        source = READERS[key].describe(src)
     ds = build_dataset(spec, raw, source, from_cache)
     log.info("loaded %s (%d train, %d test) from %s%s in %.3f s", key, ds.train_size,
              ds.test_size, source, " (cache)" if from_cache else "",

@@ -83,11 +83,21 @@ def write_cinic(root: Path, *, per_class: tuple[int, int] = (2, 1), grey: bool =
                 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """``train|valid|test/<class>/*.png``; returns {split: (uint8 (N, 3, 32, 32), labels)} in
     the reader's order (class, then file name)."""
+    return write_class_folders(root, per_class=per_class, grey=grey, valid=True)
+
+
+def write_class_folders(root: Path, *, per_class: tuple[int, int] = (2, 1), grey: bool = False,
+                        suffix: str = ".png", valid: bool = False
+                        ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """``train|test[|valid]/<class>/img_NNN<suffix>`` of random 32×32 images; returns {split:
+    (uint8 (N, 3, 32, 32), labels)} in the reader's order (class, then file name): the pixels
+    written (for a lossy ``suffix`` such as .jpg, the pixels before encoding)."""
     from PIL import Image
 
     out = {}
     rng = np.random.default_rng(5)
-    for split, n in (("train", per_class[0]), ("test", per_class[1]), ("valid", 1)):
+    splits = [("train", per_class[0]), ("test", per_class[1])] + ([("valid", 1)] if valid else [])
+    for split, n in splits:
         xs, ys = [], []
         for label, cls in enumerate(CIFAR10_CLASSES):
             folder = root / split / cls
@@ -96,10 +106,10 @@ def write_cinic(root: Path, *, per_class: tuple[int, int] = (2, 1), grey: bool =
                 hwc = rng.integers(0, 256, size=(32, 32, 3), dtype=np.uint8)
                 if grey and j == 0:
                     g = hwc[:, :, 0]
-                    Image.fromarray(g, mode="L").save(folder / f"img_{j:03d}.png")
+                    Image.fromarray(g, mode="L").save(folder / f"img_{j:03d}{suffix}")
                     hwc = np.repeat(g[:, :, None], 3, axis=2)
                 else:
-                    Image.fromarray(hwc).save(folder / f"img_{j:03d}.png")
+                    Image.fromarray(hwc).save(folder / f"img_{j:03d}{suffix}")
                 xs.append(hwc.transpose(2, 0, 1))
                 ys.append(label)
         out[split] = (np.stack(xs), np.asarray(ys, dtype=np.int64))
