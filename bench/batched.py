@@ -1,0 +1,147 @@
+"""The batched executor against the one-by-one executor: client steps per second, and whole runs.
+
+``steps``: one coalition task (``--clients`` clients, batch 32, τ_c = 5, ``--tau-e`` edge rounds)
+of the MNIST and the CIFAR CNN on synthetic inputs of the right shape, trained by
+:class:`InProcessExecutor` and by :class:`BatchedExecutor` from the same weights, alternating,
+best of ``--repeats``; prints client steps per second (wall and CPU time) and the largest
+difference of the two edge models.
+
+``run``: the same ``fedcure simulate`` run (real data) with ``--executor inprocess`` and
+``--executor batched``, one worker, one torch thread; prints the wall time and final accuracy
+of each and the speed-up. Exits 1 when the accuracies differ by more than ``--max-diff`` points.
+
+    python3 bench/batched.py steps [--device cpu|cuda] [--repeats 3]
+    python3 bench/batched.py run --dataset mnist --data-dir DIR --rounds 6 [--device cpu]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import platform
+import sys
+import time
+
+import numpy as np
+import torch
+
+from fedcure_app.config import FedCureConfig, apply_flat
+from fedcure_app.models import INPUT_SHAPES, build_model, get_weights
+from fedcure_app.simulation.batched import BatchedExecutor
+from fedcure_app.simulation.executors import InProcessExecutor
+from fedcure_app.tasks import EdgeTask
+from fedcure_app.training import configure_threads, resolve_device
+
+log = logging.getLogger("bench.batched")
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _time(fn, device: torch.device) -> tuple[float, float]:
+    """(wall s, CPU s of this process) of ``fn()``."""
+    _sync(device)
+    w, c = time.perf_counter(), time.process_time()
+    fn()
+    _sync(device)
+    return time.perf_counter() - w, time.process_time() - c
+
+
+def steps(args: argparse.Namespace) -> int:
+    device = resolve_device(args.device)
+    rows = []
+    for dataset in ("mnist", "cifar10"):
+        rng = np.random.default_rng(0)
+        shape = INPUT_SHAPES[dataset]
+        sizes = [1200] * args.clients
+        data = [(torch.from_numpy(rng.standard_normal((n, *shape), dtype=np.float32)),
+                 torch.from_numpy(rng.integers(0, 10, n))) for n in sizes]
+        torch.manual_seed(0)
+        task = EdgeTask("bench", 0, 0, get_weights(build_model(dataset)),
+                        tuple(range(args.clients)), {}, args.tau_e, 5, 0.01, 32, 1,
+                        momentum=0.9)
+        executors = {"inprocess": InProcessExecutor(dataset, 10, data, device=device),
+                     "batched": BatchedExecutor(dataset, 10, data, device=device)}
+        results = {k: ex.run(task) for k, ex in executors.items()}  # warm-up (and results)
+        diff = max(float(np.abs(a - b).max()) for a, b in
+                   zip(results["inprocess"].arrays, results["batched"].arrays))
+        best = {k: (float("inf"), float("inf")) for k in executors}
+        for _ in range(args.repeats):
+            for k, ex in executors.items():
+                wall, cpu = _time(lambda ex=ex: ex.run(task), device)
+                best[k] = (min(best[k][0], wall), min(best[k][1], cpu))
+        n_steps = args.clients * args.tau_e * 5
+        for k in executors:
+            rows.append((dataset, k, n_steps / best[k][0], n_steps / best[k][1]))
+        print(f"{dataset}: batched {best['inprocess'][0] / best['batched'][0]:.2f}x the "
+              f"one-by-one steps/s (wall), edge models differ by at most {diff:.1e}",
+              flush=True)
+    print()
+    print(f"device {device}{' (' + torch.cuda.get_device_name() + ')' if device.type == 'cuda' else ''}, "
+          f"{torch.get_num_threads()} torch thread(s), {args.clients} clients, batch 32, "
+          f"τ_c 5, τ_e {args.tau_e}, momentum 0.9, best of {args.repeats}; load average before: "
+          f"{os.getloadavg()[0]:.2f}; {platform.processor() or platform.machine()}")
+    print("| model | executor | client steps/s (wall) | client steps/s (CPU time) |")
+    print("| --- | --- | ---: | ---: |")
+    for dataset, k, wall, cpu in rows:
+        print(f"| {dataset} | {k} | {wall:.0f} | {cpu:.0f} |")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    from fedcure_app.data import load_dataset
+    from fedcure_app.simulation.engine import simulate
+
+    device = resolve_device(args.device)
+    ds = load_dataset(args.dataset, args.data_dir)
+    base = apply_flat(FedCureConfig(), {"dataset": args.dataset, "global-rounds": args.rounds,
+                                        "seed": args.seed, "method": "fedcure",
+                                        "eval-every": args.rounds})
+    out = {}
+    order = ["inprocess", "batched"] if not args.batched_first else ["batched", "inprocess"]
+    load = os.getloadavg()[0]
+    for name in order:
+        cfg = apply_flat(base, {"executor": name})
+        t0 = time.perf_counter()
+        result = simulate(cfg, dataset=ds, workers=1, device=device)
+        out[name] = (time.perf_counter() - t0, result["final_accuracy"])
+        print(f"{name}: {out[name][0]:.1f} s, final accuracy {100 * out[name][1]:.2f} %",
+              flush=True)
+    speedup = out["inprocess"][0] / out["batched"][0]
+    diff = 100 * abs(out["inprocess"][1] - out["batched"][1])
+    print(f"\n{args.dataset}, {args.rounds} rounds, seed {args.seed}, device {device}, one "
+          f"worker, {torch.get_num_threads()} torch thread(s); load average before "
+          f"{load:.2f}, after {os.getloadavg()[0]:.2f}")
+    print(f"batched is {speedup:.2f}x faster; final accuracies differ by {diff:.2f} points")
+    return 0 if diff <= args.max_diff else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="what", required=True)
+    s = sub.add_parser("steps", help="client steps per second, both executors")
+    s.add_argument("--clients", type=int, default=10)
+    s.add_argument("--tau-e", type=int, default=2)
+    s.add_argument("--repeats", type=int, default=3)
+    r = sub.add_parser("run", help="one fedcure simulate run with each executor")
+    r.add_argument("--dataset", default="mnist")
+    r.add_argument("--data-dir")
+    r.add_argument("--rounds", type=int, default=6)
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--max-diff", type=float, default=1.0,
+                   help="largest accepted final-accuracy difference (points)")
+    r.add_argument("--batched-first", action="store_true", help="run the batched one first")
+    for q in (s, r):
+        q.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto"])
+        q.add_argument("--threads", type=int, default=1)
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    configure_threads(args.threads)
+    return steps(args) if args.what == "steps" else run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
