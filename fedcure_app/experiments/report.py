@@ -511,6 +511,12 @@ def write_report(outcomes: Sequence[DatasetOutcome], out: Path, *, command: str,
         "split). Schedule-only runs (Fig. 4) replay the scheduler and the simulated clock "
         "without training: latencies and queues do not depend on the model.", "",
     ]
+    recoded = [o for o in done if "re-encoding" in o.source]
+    if recoded:
+        parts += [f"**{o.name}** was read from a re-encoded copy: "
+                  f"{o.source.split(' (', 1)[-1].rstrip(')')}. Its accuracies are close to, not "
+                  "the same as, those on the official files." for o in recoded]
+        parts.append("")
     if skipped:
         parts += ["## Datasets skipped", ""]
         parts += [f"- **{o.name}**: {o.skipped}" for o in skipped]

@@ -54,6 +54,8 @@ class DatasetOutcome:
     compute_seconds: float = 0.0
     config: dict[str, Any] = field(default_factory=dict)
     test_samples: int = 0
+    #: where the data came from, and in which layout (``Dataset.source``)
+    source: str = ""
 
 
 def parse_names(value: str, choices: tuple[str, ...], what: str, everything: tuple[str, ...]
@@ -105,6 +107,7 @@ def run_dataset(name: str, experiments: list[str], *, data_dir: str | None, budg
         return outcome
     b = get_budget(budget, name, seeds, side_seeds)
     outcome.budget = b
+    outcome.source = dataset.source
     runner = Runner(dataset, out / name / "runs", progress=progress, fresh=fresh,
                     workers=workers, device=device, cache_only=cache_only, jobs=jobs)
     ctx = Context(dataset=dataset, data_dir=data_dir, budget=b, out_dir=out / name,
