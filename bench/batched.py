@@ -53,7 +53,7 @@ def _time(fn, device: torch.device) -> tuple[float, float]:
 def steps(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     rows = []
-    for dataset in ("mnist", "cifar10"):
+    for dataset in args.models.split(","):
         rng = np.random.default_rng(0)
         shape = INPUT_SHAPES[dataset]
         sizes = [1200] * args.clients
@@ -126,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--clients", type=int, default=10)
     s.add_argument("--tau-e", type=int, default=2)
     s.add_argument("--repeats", type=int, default=3)
+    s.add_argument("--models", default="mnist,cifar10",
+                   help="comma-separated models (datasets) to time")
     r = sub.add_parser("run", help="one fedcure simulate run with each executor")
     r.add_argument("--dataset", default="mnist")
     r.add_argument("--data-dir")

@@ -56,13 +56,14 @@ def _max_diff(a: list[np.ndarray], b: list[np.ndarray]) -> float:
     return max(float(np.abs(x - y).max()) for x, y in zip(a, b))
 
 
+@pytest.mark.parametrize("vectorized", [True, False])
 @pytest.mark.parametrize("momentum", [0.0, 0.9])
-def test_batched_edge_model_matches_one_by_one_after_a_task(momentum):
+def test_batched_edge_model_matches_one_by_one_after_a_task(momentum, vectorized):
     # sizes: a client smaller than one batch, one whose epochs end in a short batch, equal ones
     data = _clients([5, 21, 24, 24, 40])
     task = _task(tuple(range(5)), momentum=momentum)
     a = InProcessExecutor("digits", 10, data).run(task)
-    b = BatchedExecutor("digits", 10, data).run(task)
+    b = BatchedExecutor("digits", 10, data, vectorized=vectorized).run(task)
     assert _max_diff(a.arrays, b.arrays) < TOLERANCE
     assert a.num_samples == b.num_samples
     assert [(r.client, r.edge_round, r.samples) for r in a.reports] == \
@@ -72,12 +73,13 @@ def test_batched_edge_model_matches_one_by_one_after_a_task(momentum):
         assert rb.f_applied_ghz == ra.f_applied_ghz
 
 
-def test_batched_handles_local_epochs_with_unequal_client_sizes_by_masks():
+@pytest.mark.parametrize("vectorized", [True, False])
+def test_batched_handles_local_epochs_with_unequal_client_sizes_by_masks(vectorized):
     # one epoch is ⌈n/8⌉ steps: 1, 3, 6 steps — the short clients sit out the later steps
     data = _clients([7, 20, 48])
     task = _task((0, 1, 2), tau_c=1, tau_c_unit="epochs", momentum=0.9)
     a = InProcessExecutor("digits", 10, data).run(task)
-    b = BatchedExecutor("digits", 10, data).run(task)
+    b = BatchedExecutor("digits", 10, data, vectorized=vectorized).run(task)
     assert _max_diff(a.arrays, b.arrays) < TOLERANCE
     assert [r.samples for r in b.reports[:3]] == [7, 20, 48]
 
@@ -119,6 +121,18 @@ def test_plan_masks_padding_and_points_into_each_clients_own_rows(sizes, batch, 
         assert plan.mask[:, k, :].sum().item() == plan.samples[k]
         assert plan.samples[k] == sum(len(b) for b in client_batches(n, steps, batch, k))
     assert bool(plan.active.all())
+
+
+def test_the_vectorized_step_is_the_default_on_a_gpu_only():
+    assert not BatchedExecutor("digits", 10, _clients([8, 8])).vectorized
+    assert BatchedExecutor("digits", 10, _clients([8, 8]), vectorized=True).vectorized
+
+
+def test_sliced_weights_are_channels_last_also_with_one_input_channel():
+    w = torch.randn(32, 1, 5, 5)
+    s = batched.stacked(w, 3, channels_last=True)
+    assert s[1].stride() == (25, 1, 5, 1) and torch.equal(s[2], w)
+    assert batched.stacked(w, 3, channels_last=False).is_contiguous()
 
 
 def test_batched_refuses_a_model_with_buffers(monkeypatch):
