@@ -30,6 +30,7 @@ import numpy as np
 
 from fedcure_app.config import FedCureConfig
 from fedcure_app.data import Dataset
+from fedcure_app.processes import alive
 from fedcure_app.tasks import EdgeResult, EdgeTask
 
 log = logging.getLogger(__name__)
@@ -136,7 +137,7 @@ class RunLock:
                 fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
             except FileExistsError:
                 owner = self._owner()
-                if owner is None or not _alive(owner):
+                if owner is None or not alive(owner):
                     log.info("taking over %s (its process %s is gone)", self.path.name, owner)
                     self.path.unlink(missing_ok=True)
                     continue
@@ -153,21 +154,6 @@ class RunLock:
     def __exit__(self, *exc: object) -> None:
         if self.path is not None and self._owner() == os.getpid():
             self.path.unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` exists (a zombie counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(") ")[-1][:1] != "Z"
-    except OSError:
-        return True
 
 
 class MissingRun(ValueError):
