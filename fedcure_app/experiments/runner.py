@@ -236,16 +236,19 @@ class Runner:
     ``device``: where they train (likewise); ``cache_only``: never simulate — a run missing
     from the cache raises :class:`MissingRun` in :meth:`run_one` and is left out by
     :meth:`run_all` (a cached run lacking a spec's ``needs`` is used as it is); ``jobs``:
-    distinct runs :meth:`run_all` simulates at once, each in a process of its own with one
-    worker (:mod:`.jobs`). A run is simulated under a lock file beside its cache entry, so
+    distinct runs :meth:`run_all` simulates at once through ``parallel`` (each in a process of
+    its own with one worker: :func:`.jobs.run_parallel`). A run is simulated under a lock file beside its cache entry, so
     two processes (or two commands on the same ``cache_dir``) never run or write the same run.
     """
 
     def __init__(self, dataset: Dataset, cache_dir: Path | None = None, *,
                  progress: Any = None, fresh: bool = False, workers: int | None = 1,
-                 device: Any = "cpu", cache_only: bool = False, jobs: int = 1) -> None:
+                 device: Any = "cpu", cache_only: bool = False, jobs: int = 1,
+                 parallel: Callable[[Runner, list[RunSpec]], None] | None = None) -> None:
         if jobs < 1:
             raise ValueError(f"--jobs must be >= 1, got {jobs}")
+        if jobs > 1 and parallel is None:
+            raise ValueError("jobs > 1 needs a parallel driver (experiments.jobs.run_parallel)")
         self.dataset = dataset
         self.cache_dir = cache_dir
         self.progress = progress
@@ -254,6 +257,7 @@ class Runner:
         self.device = device
         self.cache_only = cache_only
         self.jobs = int(jobs)
+        self.parallel = parallel
         self.results: dict[str, dict[str, Any]] = {}
         self.cached_hits = 0
         self.simulated = 0
@@ -387,12 +391,10 @@ class Runner:
         todo = list(unique.values())
         if self.cache_only:
             todo = [s for s in todo if self.peek(s) is not None]
-        if self.jobs > 1 and not self.cache_only:
-            from fedcure_app.experiments.jobs import run_parallel
-
+        if self.jobs > 1 and self.parallel is not None and not self.cache_only:
             pending = [s for s in todo if self.needs_simulation(s)]
             if len(pending) > 1:
-                run_parallel(self, pending)
+                self.parallel(self, pending)
         prog = self.progress
         overall = None
         if prog is not None and todo:

@@ -18,6 +18,7 @@ from fedcure_app.data import DATASETS, DatasetError, load_dataset
 from fedcure_app.experiments import NAMES, ablation, clustering, efficiency, formation, rh, table1
 from fedcure_app.experiments.base import Context, Section
 from fedcure_app.experiments.budget import Budget, get_budget
+from fedcure_app.experiments.jobs import run_parallel
 from fedcure_app.experiments.readings import LITERAL, READINGS, get_reading
 from fedcure_app.experiments.runner import Runner
 
@@ -109,7 +110,8 @@ def run_dataset(name: str, experiments: list[str], *, data_dir: str | None, budg
     outcome.budget = b
     outcome.source = dataset.source
     runner = Runner(dataset, out / name / "runs", progress=progress, fresh=fresh,
-                    workers=workers, device=device, cache_only=cache_only, jobs=jobs)
+                    workers=workers, device=device, cache_only=cache_only, jobs=jobs,
+                    parallel=run_parallel if jobs > 1 else None)
     ctx = Context(dataset=dataset, data_dir=data_dir, budget=b, out_dir=out / name,
                   runner=runner, reading=get_reading(reading),
                   extra={"executor": executor} if executor else {})

@@ -16,6 +16,7 @@ import pytest
 from fedcure_app.cli import main
 from fedcure_app.data import load_dataset
 from fedcure_app.experiments.budget import base_config, get_budget
+from fedcure_app.experiments.jobs import run_parallel
 from fedcure_app.experiments.readings import LITERAL, READINGS, get_reading, section_key
 from fedcure_app.experiments.report import write_report
 from fedcure_app.experiments.runner import Runner, RunLock, RunSpec
@@ -108,7 +109,7 @@ def test_jobs_give_the_same_results_as_one_process(tmp_path, one_thread):
         update={"run": base_config("digits", None, b).run.model_copy(update={"seed": s})}),
         eval_samples=b.eval_samples) for s in range(3)]
     one = Runner(ds, tmp_path / "one").run_all(specs)
-    many = Runner(ds, tmp_path / "many", jobs=2).run_all(specs)
+    many = Runner(ds, tmp_path / "many", jobs=2, parallel=run_parallel).run_all(specs)
     assert set(one) == set(many)
     for key in one:
         assert one[key]["records"] == many[key]["records"]
