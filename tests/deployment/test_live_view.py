@@ -290,6 +290,8 @@ def test_the_page_in_chromium_says_what_each_mark_is(running, tmp_path):
     end = time.monotonic() + 60
     while answered < 5 and time.monotonic() < end:
         for fake in fakes:
+            if answered == 5:
+                break
             try:
                 task = fake.tasks.get(timeout=0.1)
             except queue.Empty:
