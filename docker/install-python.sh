@@ -22,6 +22,7 @@ step() {
     rc=$?
     echo "install-python.sh: '$*' failed (exit $rc); its last lines:" >&2
     tail -n 40 "$log" >&2
+    rm -f "$log"
     exit "$rc"
 }
 step apt-get update
