@@ -59,9 +59,9 @@ log = logging.getLogger("fedcure.client")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from fedcure_app.errors import HelpFormatter
+    from fedcure_app.errors import ArgumentParser, HelpFormatter
 
-    p = argparse.ArgumentParser(prog=PROG, description="FedCure client: register with the "
+    p = ArgumentParser(prog=PROG, description="FedCure client: register with the "
                                 "cloud, then run a Flower SuperNode to the assigned edge server.",
                                 formatter_class=HelpFormatter)
     p.add_argument("--cloud", metavar="HOST:PORT",

@@ -33,9 +33,9 @@ ENFORCE_TLS = True
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from fedcure_app.errors import HelpFormatter
+    from fedcure_app.errors import ArgumentParser, HelpFormatter
 
-    p = argparse.ArgumentParser(prog=PROG, description="FedCure cloud server (gRPC).",
+    p = ArgumentParser(prog=PROG, description="FedCure cloud server (gRPC).",
                                 formatter_class=HelpFormatter)
     p.add_argument("--config", metavar="FILE", help="TOML/JSON configuration file")
     p.add_argument("--listen", required=True, metavar="HOST:PORT",

@@ -37,9 +37,9 @@ log = logging.getLogger("fedcure.edge")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from fedcure_app.errors import HelpFormatter
+    from fedcure_app.errors import ArgumentParser, HelpFormatter
 
-    p = argparse.ArgumentParser(prog=PROG, description="FedCure edge server: a Flower SuperLink "
+    p = ArgumentParser(prog=PROG, description="FedCure edge server: a Flower SuperLink "
                                 "for its clients plus the edge ServerApp linked to the cloud.",
                                 formatter_class=HelpFormatter)
     p.add_argument("--cloud", required=True, metavar="HOST:PORT", help="the cloud's address")

@@ -315,6 +315,9 @@ def _one_line(err: ValidationError) -> str:
         msg = e["msg"]
         if e["type"] == "extra_forbidden":
             msg = "unknown key"
+            home = flat_keys().get(_alias(str(e["loc"][-1])))
+            if home is not None and (len(e["loc"]) == 1 or home[0] != e["loc"][0]):
+                msg += f"; it belongs under [{home[0]}]"
         parts.append(f"{loc}: {msg}")
     return "invalid configuration: " + "; ".join(parts)
 

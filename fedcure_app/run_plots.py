@@ -75,6 +75,23 @@ QUEUE_CAPTION = (
     "queues.")
 
 
+def drop_overlapping(fig: Any, texts: list[Any]) -> list[Any]:
+    """Remove from ``fig`` every text of ``texts`` whose box overlaps one kept before it,
+    the last text first (the final value is the one to read), then the others in order;
+    returns the texts kept, in their order."""
+    if not texts:
+        return []
+    renderer = fig.canvas.get_renderer()
+    kept: list[Any] = []
+    for text in [texts[-1], *texts[:-1]]:
+        box = text.get_window_extent(renderer)
+        if any(box.overlaps(k.get_window_extent(renderer)) for k in kept):
+            text.remove()
+        else:
+            kept.append(text)
+    return [t for t in texts if t in kept]
+
+
 def plot_accuracy(records: list[dict[str, Any]], path: Path, title: str = "", *,
                   initial: float | None = None, clock: str = "simulated") -> Path:
     """Test accuracy (%, axis 0–100) against time (s) on ``clock`` (``simulated`` or
@@ -85,6 +102,7 @@ def plot_accuracy(records: list[dict[str, Any]], path: Path, title: str = "", *,
     if initial is not None:
         pts.insert(0, (0.0, 100 * initial, 0))
     fig, ax = plt.subplots(figsize=(6.5, 4), dpi=120)
+    notes: list[Any] = []
     if pts:
         t, a, rounds = zip(*pts)
         few = len(pts) <= LABEL_POINTS_MAX
@@ -93,10 +111,10 @@ def plot_accuracy(records: list[dict[str, Any]], path: Path, title: str = "", *,
             ax.plot([0.0], [100 * initial], marker="s", ms=7, ls="none", color="C3",
                     label="initial model (before round 1)")
         if few:
-            for x, y, r in zip(t, a, rounds):
-                ax.annotate(f"{y:.1f} %" + (f"\nround {r}" if r else ""), (x, y),
-                            textcoords="offset points", xytext=(3, 6), ha="left",
-                            fontsize=7)
+            notes = [ax.annotate(f"{y:.1f} %" + (f"\nround {r}" if r else ""), (x, y),
+                                 textcoords="offset points", xytext=(3, 6), ha="left",
+                                 fontsize=7)
+                     for x, y, r in zip(t, a, rounds)]
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     ax.set_xlabel(CLOCK_LABELS.get(clock, clock))
     ax.set_ylabel("test accuracy (%)")
@@ -105,6 +123,7 @@ def plot_accuracy(records: list[dict[str, Any]], path: Path, title: str = "", *,
     _titled(ax, f"Test accuracy vs {'wall-clock' if clock == 'wall-clock' else 'simulated'}"
                 " time", title)
     ax.grid(alpha=0.3)
+    drop_overlapping(fig, notes)  # once the axes' limits are final
     return _save(fig, path)
 
 
@@ -171,6 +190,10 @@ def plot_participation(participation: dict[str, Any], path: Path, title: str = "
     return _save(fig, path)
 
 
+#: the file names :func:`write_run_plots` writes
+RUN_PLOTS: tuple[str, ...] = ("accuracy.png", "queues.png", "participation.png")
+
+
 def write_run_plots(result: dict[str, Any], out_dir: Path, title: str | None = None
                     ) -> list[Path]:
     """The three standard plots of a run into ``out_dir``; returns their paths.
@@ -180,11 +203,11 @@ def write_run_plots(result: dict[str, Any], out_dir: Path, title: str | None = N
     recs = result["records"]
     title = run_title(result) if title is None else title
     paths = [
-        plot_accuracy(recs, out_dir / "accuracy.png", title,
+        plot_accuracy(recs, out_dir / RUN_PLOTS[0], title,
                       initial=result.get("initial_accuracy"), clock=clock_of(result)),
-        plot_queues(recs, out_dir / "queues.png", title,
+        plot_queues(recs, out_dir / RUN_PLOTS[1], title,
                     delta=(result.get("participation") or {}).get("delta")),
-        plot_participation(result["participation"], out_dir / "participation.png", title),
+        plot_participation(result["participation"], out_dir / RUN_PLOTS[2], title),
     ]
     log.info("plots written to %s", out_dir)
     return paths

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import time
 import warnings
-from logging import INFO, WARNING
+from logging import ERROR, INFO, WARNING
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +59,25 @@ def simulation_config(run_config: dict[str, Any]) -> FedCureConfig:
     return apply_flat(config_from_run_config(run_config), {"executor": "flower"})
 
 
+class RunFailed(RuntimeError):
+    """A run stopped by a mistake in its set-up (SuperNodes, configuration, dataset): the
+    ServerApp has logged why in one line; raised without the traceback chain."""
+
+
+def clear_outputs(out: Path) -> list[str]:
+    """Remove the files an earlier run wrote to ``out`` (``result.json`` and the plots), so
+    that a run that fails leaves none to be taken for its own; returns the names removed."""
+    from fedcure_app.run_plots import RUN_PLOTS
+
+    removed = []
+    for name in ("result.json", *RUN_PLOTS):
+        path = out / name
+        if path.is_file():
+            path.unlink()
+            removed.append(name)
+    return removed
+
+
 def _progress_line(row: dict[str, Any], total: int, t0: float) -> str:
     acc = "" if row["accuracy"] is None else f" acc {100 * row['accuracy']:.2f}%"
     return (f"[fedcure] round {row['round']}/{total} coalition {row['coalition']} "
@@ -82,6 +101,9 @@ def run_simulation_role(
         "tau_c=%d, formation=%s, scheduler=%s; results -> %s",
         "simulation", cfg.data.dataset, fed.num_clients, fed.num_edges, cfg.run.global_rounds,
         cfg.method.tau_e, cfg.method.tau_c, cfg.method.formation, cfg.method.scheduler, out)
+    removed = clear_outputs(out)
+    if removed:
+        log(INFO, "[fedcure] removed the previous run's %s from %s", ", ".join(removed), out)
     federation = build_federation(cfg)
     executor = FlowerExecutor(
         grid, fed.num_clients,
@@ -89,6 +111,7 @@ def run_simulation_role(
         discovery_timeout_s=opts.discovery_timeout_s,
         discovery_stall_s=10.0,  # virtual SuperNodes register all at once
         extra_config={"data-key": client_fingerprint(cfg)},
+        share_nodes=True,  # fewer virtual SuperNodes than clients: they take turns
     )
     t0 = time.perf_counter()
     total = cfg.run.global_rounds
@@ -132,12 +155,29 @@ def main(grid: Grid, context: Context) -> None:
     from fedcure_app.threads import apply_thread_policy
 
     apply_thread_policy(where="ServerApp")
+    from fedcure_app.config import ConfigError
+    from fedcure_app.data.errors import DatasetError
+    from fedcure_app.simulation.flower_executor import DiscoveryError
+
     run_config = dict(context.run_config)
-    opts = app_options(run_config)
-    if opts.role != "simulation":
-        raise ValueError(f"role {opts.role!r} runs edge_server.app:app, the ServerApp that "
-                         "fedcure-edge submits; this ServerApp runs the simulation only")
-    run_simulation_role(grid, run_config, opts)
+    try:
+        opts = app_options(run_config)
+        if opts.role != "simulation":
+            raise ConfigError(f"role {opts.role!r} runs edge_server.app:app, the ServerApp "
+                              "that fedcure-edge submits; this ServerApp runs the simulation "
+                              "only")
+        run_simulation_role(grid, run_config, opts)
+    except (ConfigError, DatasetError, DiscoveryError) as err:
+        # a mistake in the set-up: one line, and the run ends as failed without a traceback
+        # of FedCure's internals (Flower still adds its own exit note)
+        reason = " ".join(str(err).split())
+        log(ERROR, "[fedcure] run failed: %s", reason)
+        raise RunFailed(reason) from None
+    except Exception as err:
+        log(ERROR, "[fedcure] run failed: %s: %s", type(err).__name__,
+            " ".join(str(err).split()))
+        raise
 
 
-__all__ = ["app", "resolve_out_dir", "run_simulation_role", "simulation_config"]
+__all__ = ["RunFailed", "app", "clear_outputs", "resolve_out_dir", "run_simulation_role",
+           "simulation_config"]

@@ -210,3 +210,66 @@ def test_a_role_failing_at_start_is_one_line_with_its_reason(capsys, in_tmp, mon
     assert one_line(err) == ("fedcure launch: error: cloud exited with code 2 at start: "
                              f"fedcure-cloud: error: --listen expects HOST:PORT; logs in "
                              f"{in_tmp / 'o' / 'logs'}")
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["simulate", "--dataset", "mnsit"],
+     "fedcure simulate: error: argument --dataset: invalid choice: 'mnsit' (choose from "
+     "'digits', 'mnist', 'cifar10', 'svhn', 'cinic10'); did you mean 'mnist'? "
+     "(see fedcure simulate --help)"),
+    (["simulate", "--rounds", "x"],
+     "fedcure simulate: error: argument --rounds: invalid int value: 'x' "
+     "(see fedcure simulate --help)"),
+    (["simulat"], "fedcure: error: argument COMMAND: invalid choice: 'simulat' (choose from "
+     "'form', 'data', 'simulate', 'launch', 'testbed', 'certs', 'experiment'); did you mean "
+     "'simulate'? (see fedcure --help)"),
+])
+def test_a_malformed_command_line_is_one_line_pointing_at_help(capsys, argv, expected):
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    assert stop.value.code == 2
+    assert one_line(capsys.readouterr().err) == expected
+
+
+@pytest.mark.parametrize("prog", ["fedcure-cloud", "fedcure-edge", "fedcure-client"])
+def test_the_roles_report_a_malformed_command_line_in_one_line(capsys, prog):
+    import importlib
+
+    module = {"fedcure-cloud": "cloud_server.cli", "fedcure-edge": "edge_server.cli",
+              "fedcure-client": "client.cli"}[prog]
+    parser = importlib.import_module(module).build_parser()
+    with pytest.raises(SystemExit) as stop:
+        parser.parse_args(["--bogus"])
+    assert stop.value.code == 2
+    line = one_line(capsys.readouterr().err)
+    assert line.startswith(f"{prog}: error: ") and line.endswith(f"(see {prog} --help)"), line
+
+
+def test_a_method_key_at_the_top_level_is_told_its_section(capsys, in_tmp):
+    (in_tmp / "top.toml").write_text("tau-c = 3\n")
+    code, err = run_cli(capsys, "simulate", "--config", "top.toml")
+    assert code == 2
+    assert one_line(err) == ("fedcure simulate: error: top.toml: tau-c is a key of [method], not "
+                             "a section: write it under [method] ([method] tau-c = ...)")
+    assert made(in_tmp) == ["top.toml"]
+
+
+def test_a_key_in_the_wrong_section_is_told_where_it_belongs(capsys, in_tmp):
+    (in_tmp / "moved.toml").write_text("[run]\ntau_c = 3\n")
+    code, err = run_cli(capsys, "simulate", "--config", "moved.toml")
+    assert code == 2
+    assert one_line(err) == ("fedcure simulate: error: moved.toml: [run] tau_c is not a key of "
+                             "[run] but of [method]: move it under [method]")
+
+
+def test_the_schema_names_the_section_of_a_misplaced_key():
+    from fedcure_app.config import ConfigError, build_config
+
+    with pytest.raises(ConfigError, match=r"^invalid configuration: tau-c: unknown key; it "
+                       r"belongs under \[method\]$"):
+        build_config({"tau-c": 3})
+    with pytest.raises(ConfigError, match=r"run\.tau-c: unknown key; it belongs under "
+                       r"\[method\]$"):
+        build_config({"run": {"tau-c": 3}})
+    with pytest.raises(ConfigError, match=r"run\.bogus: unknown key$"):
+        build_config({"run": {"bogus": 3}})

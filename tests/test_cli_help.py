@@ -154,3 +154,29 @@ def test_building_the_parsers_imports_no_torch():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120)
     assert done.stdout.strip() == "[]", done.stderr
+
+
+def test_the_launch_progress_line_fits_80_columns_and_keeps_the_round():
+    """The issue's line: at 80 columns the round and the elapsed time stay, the per-coalition
+    detail is cut at its end; wide terminals get all of it and a bar."""
+    from fedcure_app.cli.launch import progress_line
+
+    detail = ("3/3 edges connected · c0 e6/12 wait[0,1] ~14s | c1 e3/12 wait[2,3] ~30s | "
+              "c2 e1/12 wait[4,5] ~50s")
+    line = progress_line("training", 3, 10, detail, 83.4, 80)
+    assert len(line) <= 79
+    assert line.startswith("training round 3/10 3/3 edges connected · c0 e6/12")
+    assert line.endswith("… 0:01:23")
+    wide = progress_line("training", 3, 10, detail, 83.4, 200)
+    assert detail in wide and "━" in wide and wide.endswith(" 0:01:23")
+    for width in range(20, 200, 7):
+        assert len(progress_line("training", 3, 10, detail, 83.4, width)) <= max(width - 1, 27)
+
+
+def test_the_launch_progress_says_waiting_for_edges_until_one_connects():
+    from fedcure_app.cli.launch import phase_label
+
+    assert phase_label(_status("TRAINING", edges_connected=0)) == "waiting for edges"
+    assert phase_label(_status("TRAINING", edges_connected=1)) == "training"
+    assert phase_label(_status("REGISTERING")) == "registering"
+    assert phase_label(_status("DONE", edges_connected=2)) == "done"

@@ -114,3 +114,28 @@ def test_queues_of_many_coalitions_are_one_heat_map(tmp_path, figures):
                               tmp_path)
     fig = figures["queues.png"]
     assert len(fig.axes) == 2 and fig.axes[0].images  # the map and its colour bar
+
+
+def test_point_labels_of_close_points_do_not_overlap_and_the_last_one_stays(tmp_path, figures):
+    """A testbed run evaluated every 10 rounds whose last rounds came close together in time:
+    'round 80' and 'round 90' would print over each other."""
+    result = _result("deployment", rounds=10)
+    for r in result["records"]:
+        r["round"] *= 10
+        r["time_s"] = 100.0 * min(r["round"], 70) + (r["round"] - 70) * 0.5 * (r["round"] > 70)
+        r["accuracy"] = 0.5 + 0.03 * min(r["round"], 70) / 10
+    run_plots.write_run_plots(result, tmp_path)
+    fig = figures["accuracy.png"]
+    ax = fig.axes[0]
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(fig).get_renderer()  # the saved figure's canvas is closed
+    boxes = [t.get_window_extent(renderer) for t in ax.texts]
+    assert 2 <= len(boxes) < 11, [t.get_text() for t in ax.texts]
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    assert ax.texts[-1].get_text().endswith("round 100")
+
+
+def test_labels_of_points_far_apart_are_all_kept(tmp_path, figures):
+    run_plots.write_run_plots(_result("deployment", rounds=5), tmp_path)
+    assert len(figures["accuracy.png"].axes[0].texts) == 6  # the initial model and 5 rounds

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from fedcure_app.config import ConfigError, FedCureConfig, apply_flat, flat_keys
-from fedcure_app.errors import HelpFormatter, UsageError  # shared with the role commands
+from fedcure_app.errors import ArgumentParser, HelpFormatter, UsageError  # shared with the roles
 
 #: Flat configuration key -> the ``fedcure`` option that sets it (every command that has the
 #: option spells it this way).
@@ -143,6 +143,30 @@ def _suggest(word: str, choices: list[str]) -> str:
     return f" (did you mean {near[0]}?)" if near else ""
 
 
+def _not_a_section(path: str, word: str, sections: list[str]) -> str:
+    """``[word] is not a section``: a key of some section written at the top level is told
+    where it belongs, anything else gets the nearest section's name and the list."""
+    home = flat_keys().get(word.replace("_", "-"))
+    if home is not None:
+        key = word.replace("_", "-")
+        return (f"{path}: {word} is a key of [{home[0]}], not a section: write it under "
+                f"[{home[0]}] ([{home[0]}] {key} = ...)")
+    return (f"{path}: [{word}] is not a section{_suggest(word, sections)}; "
+            f"sections: {', '.join(sections)}")
+
+
+def _not_a_key(path: str, section: str, word: str) -> str:
+    """``[section] word`` is not a key there: the section it belongs to when it has one, else
+    the nearest key of ``section``."""
+    keys = flat_keys()
+    home = keys.get(word.replace("_", "-"))
+    if home is not None and home[0] != section:
+        return (f"{path}: [{section}] {word} is not a key of [{section}] but of [{home[0]}]: "
+                f"move it under [{home[0]}]")
+    known = [k for k, (s, _) in keys.items() if s == section]
+    return f"{path}: [{section}] {word} is not a key of [{section}]{_suggest(word, known)}"
+
+
 def _got(issue: dict[str, Any]) -> str:
     value = issue.get("input")
     if isinstance(value, (dict, list)) or value is None:
@@ -163,8 +187,7 @@ def explain(err: ConfigError, origin: Origin) -> str:
             key = loc[1].replace("_", "-")
             parts.append(f"{origin.name(key)} {_what(issue)}{_got(issue)}")
         elif len(loc) == 1 and kind == "extra_forbidden":
-            parts.append(f"{origin.file or 'configuration'}: [{loc[0]}] is not a section"
-                         f"{_suggest(loc[0], sections)}; sections: {', '.join(sections)}")
+            parts.append(_not_a_section(origin.file or "configuration", loc[0], sections))
         else:  # a check across fields: its message names them
             msg = str(issue.get("msg", "invalid configuration")).removeprefix("Value error, ")
             parts.append(_rename_fields(msg, origin))
@@ -176,20 +199,16 @@ def explain_file(err: ConfigError, path: str) -> str:
     if not err.issues:
         return str(err)
     sections = list(FedCureConfig.model_fields)
-    keys = flat_keys()
     parts = []
     for issue in err.issues:
         loc = [str(x) for x in issue.get("loc", ())]
         kind = issue.get("type", "")
         if len(loc) == 2 and kind == "extra_forbidden":
-            known = [k for k, (s, _) in keys.items() if s == loc[0]]
-            parts.append(f"{path}: [{loc[0]}] {loc[1]} is not a key of [{loc[0]}]"
-                         f"{_suggest(loc[1], known)}")
+            parts.append(_not_a_key(path, loc[0], loc[1]))
         elif len(loc) == 2:
             parts.append(f"{path}: [{loc[0]}] {loc[1]} {_what(issue)}{_got(issue)}")
         elif len(loc) == 1 and kind == "extra_forbidden":
-            parts.append(f"{path}: [{loc[0]}] is not a section{_suggest(loc[0], sections)}; "
-                         f"sections: {', '.join(sections)}")
+            parts.append(_not_a_section(path, loc[0], sections))
         else:
             msg = str(issue.get("msg", "invalid configuration")).removeprefix("Value error, ")
             renamed = _FIELD_RE.sub(lambda m: m.group(1).replace("_", "-"), msg)
@@ -298,12 +317,9 @@ def at_least(args: argparse.Namespace, dest: str, low: float, *, strict: bool = 
                          f" (got {value!r})")
 
 
-class Parser(argparse.ArgumentParser):
-    """``ArgumentParser`` with :class:`HelpFormatter` (its sub-command parsers inherit it)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("formatter_class", HelpFormatter)
-        super().__init__(*args, **kwargs)
+class Parser(ArgumentParser):
+    """The ``fedcure`` parser: :class:`HelpFormatter` and one-line errors naming the option,
+    with a pointer to ``--help`` (its sub-command parsers inherit both)."""
 
 
 def config_defaults_help(parser: argparse.ArgumentParser, options: dict[str, str]) -> None:

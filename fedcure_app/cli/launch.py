@@ -404,19 +404,14 @@ def supervise(roles: Roles, status: StatusPoller, rounds: int, args: argparse.Na
     A cloud that reported DONE and wrote ``result_path`` but has not exited ``exit_grace_s``
     later is stopped (and the run counts as done)."""
     from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import Progress, TextColumn
 
-    from fedcure_app.protocol import cloud_pb2 as pb
-
-    phases = {pb.StatusReply.REGISTERING: "registering", pb.StatusReply.TRAINING: "training",
-              pb.StatusReply.DONE: "done"}
     t0 = time.monotonic()
     console = Console(stderr=True)
-    with Progress(TextColumn("[bold]{task.fields[phase]}"), BarColumn(),
-                  TextColumn("round {task.completed}/{task.total}"),
-                  TextColumn("{task.fields[detail]}"), TimeElapsedColumn(), console=console,
+    with Progress(TextColumn("{task.fields[line]}", markup=False), console=console,
                   disable=args.no_progress, transient=False) as progress:
-        bar = progress.add_task("launch", total=rounds, phase="starting", detail="")
+        bar = progress.add_task("launch", total=rounds, line=progress_line(
+            "starting", 0, rounds, "", 0.0, console.width))
         done_at: float | None = None
         while not stop.is_set():
             code = roles.cloud.poll()
@@ -438,13 +433,46 @@ def supervise(roles: Roles, status: StatusPoller, rounds: int, args: argparse.Na
                 return 0, "done (cloud stopped after it finished)"
             if s is not None:
                 edges_done = sum(1 for c in roles.edges if c.proc.poll() == 0)
-                progress.update(bar, completed=min(s.round, rounds),
-                                phase=phases.get(s.phase, "?"),
-                                detail=status_text(s, edges_done))
+                done = min(s.round, rounds)
+                progress.update(bar, completed=done, line=progress_line(
+                    phase_label(s), done, rounds, status_text(s, edges_done),
+                    time.monotonic() - t0, console.width))
             if args.timeout and time.monotonic() - t0 > args.timeout:
                 return 1, f"timed out after {args.timeout:.0f} s"
             stop.wait(0.5)
     return 130, "interrupted"
+
+
+def phase_label(s: Any) -> str:
+    """The phase of one ``Monitor.Status`` reply in words: ``registering``, ``waiting for
+    edges`` (training has begun at the cloud but no edge server has connected yet),
+    ``training`` or ``done``."""
+    from fedcure_app.protocol import cloud_pb2 as pb
+
+    if s.phase == pb.StatusReply.TRAINING:
+        return "waiting for edges" if s.edges_connected == 0 else "training"
+    return {pb.StatusReply.REGISTERING: "registering",
+            pb.StatusReply.DONE: "done"}.get(s.phase, "starting")
+
+
+def progress_line(phase: str, done: int, total: int, detail: str, elapsed_s: float,
+                  width: int) -> str:
+    """One progress line at most ``width - 1`` characters (the terminal's last column makes
+    some terminals wrap): ``phase round done/total``, a bar when there is room, ``detail`` cut
+    at its end with ``…`` when it does not fit, and the elapsed time ``H:MM:SS`` (whole seconds).
+    The phase, the round and the elapsed time are never cut."""
+    secs = int(max(0.0, elapsed_s))
+    clock = f"{secs // 3600}:{secs // 60 % 60:02d}:{secs % 60:02d}"
+    head = f"{phase} round {done}/{total}"
+    room = max(0, width - 1) - len(head) - len(clock) - 2
+    bar_w = min(20, room - len(detail) - 1) if total > 0 else 0
+    if bar_w >= 6:
+        filled = round(bar_w * min(done, total) / total)
+        head += " " + "━" * filled + "─" * (bar_w - filled)
+        room -= bar_w + 1
+    if len(detail) > room:
+        detail = detail[:max(0, room - 1)] + "…" if room > 0 else ""
+    return " ".join(x for x in (head, detail, clock) if x)
 
 
 def status_text(s: Any, edges_done: int = 0) -> str:
@@ -582,4 +610,4 @@ def _report_failure(out: Path, reason: str, code: int, tail: str,
 
 
 __all__ = ["Site", "add_run_options", "config_from_args", "register", "run", "start_roles",
-           "status_text"]
+           "phase_label", "progress_line", "status_text"]

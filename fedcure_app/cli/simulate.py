@@ -195,17 +195,18 @@ def _summary_table(result: dict[str, Any]):
 
 
 def run(args: argparse.Namespace) -> int:
-    from fedcure_app.threads import apply_thread_policy
-
-    threads = apply_thread_policy(args.threads, where="fedcure simulate", export=True)
+    # the cheap checks first: a mistake is reported before torch is imported (seconds)
     cfg = config_from_args(args)
-    device = checked_device(args.device)
-    if cfg.run.executor == "flower":
-        _check_flower_knobs(cfg, args)
     check_dataset(cfg.data.dataset, cfg.data.data_dir)
     check_out_dir(args.out)
     if args.json:
         check_new_file(args.json, "--json")
+    if cfg.run.executor == "flower":
+        _check_flower_knobs(cfg, args)
+    from fedcure_app.threads import apply_thread_policy
+
+    threads = apply_thread_policy(args.threads, where="fedcure simulate", export=True)
+    device = checked_device(args.device)
     live = _start_dashboard(cfg, args)
     try:
         return _simulate(cfg, args, threads, device, live)
@@ -300,5 +301,15 @@ def _simulate(cfg: FedCureConfig, args: argparse.Namespace, threads: int, device
         paths.append(jp)
     paths += write_run_plots(result, out)
     Console().print(_summary_table(result))
-    Console().print("wrote " + ", ".join(str(p) for p in paths))
+    Console().print(wrote_line(out, paths), soft_wrap=True, markup=False, highlight=False)
     return 0
+
+
+def wrote_line(out: Path, paths: list[Path]) -> str:
+    """``wrote OUT/: result.json, accuracy.png, …``: the files in ``out`` by name, any other
+    (``--json`` elsewhere) by its full path after a ``;`` (printed without hard line breaks,
+    so no path is cut in two)."""
+    inside = [p.name for p in paths if p.parent == out]
+    parts = [f"{out}{os.sep}: {', '.join(inside)}"] if inside else []
+    parts += [str(p) for p in paths if p.parent != out]
+    return "wrote " + "; ".join(parts)

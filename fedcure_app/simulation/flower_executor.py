@@ -10,7 +10,12 @@ schedule trace is identical and the models agree up to float32 summation order.
 
 On construction it waits until ``num_clients`` nodes are registered with the grid, then sends
 each node a ``query`` Message and maps client id → node id from the replies (``partition-id``
-in simulation, ``client-id`` where a SuperNode's node config names it).
+in simulation, ``client-id`` where a SuperNode's node config names it). With
+``share_nodes`` (the Simulation Runtime, whose virtual SuperNodes report ``num-partitions``,
+the size of the whole federation) a federation smaller than ``num_clients`` is not an error:
+client c trains on the node of partition ``c mod N`` (the ClientApp trains whichever client the
+message names), so ``flwr run .`` works with Flower's default number of SuperNodes; only the
+wall time differs, never the simulated clock or the results.
 """
 
 from __future__ import annotations
@@ -80,6 +85,41 @@ def _identity(reply: Message) -> dict[str, Any]:
     return dict(rec)
 
 
+def _query_identities(grid: Grid, nodes: list[int], *, timeout_s: float,
+                      poll_s: float) -> dict[int, dict[str, Any]]:
+    """Node id → its identity record (``partition-id``, ``num-partitions``, ``client-id``)."""
+    msgs = [Message(RecordDict(), dst_node_id=n, message_type=MessageType.QUERY,
+                    group_id="fedcure-discovery") for n in nodes]
+    ids = list(grid.push_messages(msgs))
+    node_of_id = {mid: n for mid, n in zip(ids, nodes) if mid}
+    got, pending = pull_replies(grid, node_of_id, poll_s=poll_s, timeout_s=timeout_s)
+    if pending:
+        raise DiscoveryError(
+            f"{len(pending)} of {len(nodes)} nodes did not answer the identity query within "
+            f"{timeout_s:.0f} s"
+        )
+    return {node_of_id[mid]: _identity(reply) for mid, reply in got.items()}
+
+
+def shared_mapping(identities: Mapping[int, Mapping[str, Any]],
+                   num_clients: int) -> dict[int, int] | None:
+    """Client id → node id when a complete simulated federation (every node reports
+    ``partition-id`` and the same ``num-partitions`` N, all N registered) has fewer than
+    ``num_clients`` nodes: client c goes to the node of partition ``c mod N``. None when the
+    nodes are not such a federation, or when it has a node for every client."""
+    if not identities or any("client-id" in i for i in identities.values()):
+        return None
+    sizes = {i.get("num-partitions") for i in identities.values()}
+    if len(sizes) != 1 or None in sizes:
+        return None
+    total = int(sizes.pop())
+    node_of_part = {int(i["partition-id"]): n for n, i in identities.items()
+                    if "partition-id" in i}
+    if total >= num_clients or sorted(node_of_part) != list(range(total)):
+        return None
+    return {c: node_of_part[c % total] for c in range(num_clients)}
+
+
 def discover_clients(
     grid: Grid,
     num_clients: int,
@@ -87,39 +127,39 @@ def discover_clients(
     timeout_s: float = 120.0,
     stall_s: float | None = None,
     poll_s: float = 0.01,
+    share_nodes: bool = False,
 ) -> dict[int, int]:
     """Client id → node id for clients 0..num_clients-1, by querying every registered node.
 
     A node's client id is its ``client-id`` if it reports one, else its ``partition-id``.
-    Nodes with ids ≥ ``num_clients`` are left unused.
+    Nodes with ids ≥ ``num_clients`` are left unused. ``share_nodes``: a complete simulated
+    federation of fewer nodes serves every client (:func:`shared_mapping`), logged once.
     """
     t0 = time.monotonic()
+    if share_nodes:
+        nodes = wait_for_nodes(grid, 1, timeout_s=timeout_s)
+        # virtual SuperNodes register together: all N of them answer the first query
+        idents = _query_identities(grid, nodes, poll_s=poll_s,
+                                   timeout_s=max(1.0, timeout_s - (time.monotonic() - t0)))
+        mapping = shared_mapping(idents, num_clients)
+        if mapping is not None:
+            log.warning("%d virtual SuperNodes for %d clients: each SuperNode trains its "
+                        "clients in turn (same results; --federation-config "
+                        "\"num-supernodes=%d\" gives every client its own)",
+                        len(idents), num_clients, num_clients)
+            return mapping
     nodes = wait_for_nodes(grid, num_clients, timeout_s=timeout_s, stall_s=stall_s)
-    msgs = [Message(RecordDict(), dst_node_id=n, message_type=MessageType.QUERY,
-                    group_id="fedcure-discovery") for n in nodes]
-    ids = list(grid.push_messages(msgs))
-    node_of_id = {mid: n for mid, n in zip(ids, nodes) if mid}
-    left = max(1.0, timeout_s - (time.monotonic() - t0))
-    got, pending = pull_replies(grid, node_of_id, poll_s=poll_s, timeout_s=left)
-    if pending:
-        raise DiscoveryError(
-            f"{len(pending)} of {len(nodes)} nodes did not answer the identity query within "
-            f"{timeout_s:.0f} s"
-        )
-    mapping: dict[int, int] = {}
-    for mid, reply in got.items():
-        ident = _identity(reply)
+    idents = _query_identities(grid, nodes, poll_s=poll_s,
+                               timeout_s=max(1.0, timeout_s - (time.monotonic() - t0)))
+    mapping = {}
+    for node, ident in idents.items():
         cid = ident.get("client-id", ident.get("partition-id"))
         if cid is None:
-            raise DiscoveryError(
-                f"node {node_of_id[mid]} reports neither client-id nor partition-id"
-            )
+            raise DiscoveryError(f"node {node} reports neither client-id nor partition-id")
         cid = int(cid)
         if cid in mapping:
-            raise DiscoveryError(
-                f"client {cid} claimed by nodes {mapping[cid]} and {node_of_id[mid]}"
-            )
-        mapping[cid] = node_of_id[mid]
+            raise DiscoveryError(f"client {cid} claimed by nodes {mapping[cid]} and {node}")
+        mapping[cid] = node
     missing = [c for c in range(num_clients) if c not in mapping]
     if missing:
         raise DiscoveryError(
@@ -196,6 +236,7 @@ class FlowerExecutor:
         discovery_stall_s: float | None = None,
         extra_config: Mapping[str, Any] | None = None,
         node_of_client: Mapping[int, int] | None = None,
+        share_nodes: bool = False,
     ) -> None:
         self.grid = grid
         self.num_clients = int(num_clients)
@@ -207,9 +248,12 @@ class FlowerExecutor:
         if node_of_client is None:
             node_of_client = discover_clients(
                 grid, self.num_clients, timeout_s=discovery_timeout_s,
-                stall_s=discovery_stall_s, poll_s=poll_s,
+                stall_s=discovery_stall_s, poll_s=poll_s, share_nodes=share_nodes,
             )
         self.node_of_client = {int(c): int(n) for c, n in node_of_client.items()}
+        if len(set(self.node_of_client.values())) < len(self.node_of_client):
+            # the ClientApp then knows that its node's partition-id is not the client it trains
+            self.extra_config["node-shared"] = True
         self.stats.discovery_seconds = time.perf_counter() - t0
         log.info("FlowerExecutor: %d clients mapped to nodes in %.2f s",
                  len(self.node_of_client), self.stats.discovery_seconds)
@@ -238,4 +282,4 @@ class FlowerExecutor:
 
 
 __all__ = ["DiscoveryError", "ExecutorStats", "FlowerExecutor", "discover_clients",
-           "wait_for_nodes"]
+           "shared_mapping", "wait_for_nodes"]

@@ -244,3 +244,81 @@ def test_the_view_serves_https_with_the_cloud_certificate(running, tmp_path):
             urllib.request.urlopen(live.url.replace("https", "http") + "metrics", timeout=5)
     finally:
         live.stop()
+
+
+#: what each chart and table of the page says about its marks, read from the DOM once the page
+#: shows round N (null before)
+LABELS = """(() => {
+  if (!document.body || !(+document.body.dataset.round >= %d)) return null;
+  const texts = (sel) => [...document.querySelectorAll(sel)].map((t) => t.textContent);
+  const outside = (id) => {
+    const box = document.getElementById(id).getBoundingClientRect();
+    return texts('#' + id + ' text').filter((_, i) => {
+      const r = document.querySelectorAll('#' + id + ' text')[i].getBoundingClientRect();
+      return r.left < box.left - 0.5 || r.right > box.right + 0.5;
+    });
+  };
+  return {
+    latencyLegend: texts('#latency text.legend'),
+    queueTicks: texts('#queues text.xtick'),
+    latencyTicks: texts('#latency text.xtick'),
+    accTicks: texts('#acc text.xtick'),
+    dots: document.querySelectorAll('#latency .mark-dot').length,
+    bars: document.querySelectorAll('#latency .mark-tick').length,
+    clipped: ['queues', 'shares', 'latency', 'acc'].flatMap(outside),
+    freqLegend: document.getElementById('freq-legend').textContent.replace(/\\s+/g, ' '),
+    footer: document.querySelector('footer').textContent.replace(/\\s+/g, ' '),
+    mainBottom: document.querySelector('main').getBoundingClientRect().bottom,
+    height: window.innerHeight,
+  };
+})()"""
+
+
+def test_the_page_in_chromium_says_what_each_mark_is(running, tmp_path):
+    """In a 1400x1800 window: the latency chart's legend tells a measurement (dot) from the
+    T̂ it was dispatched with (a bar), one of each per answered task; round axes have whole
+    numbers; no tick label is cut at a chart's edge; the frequency table says what directive
+    and applied are and why they differ; the footer speaks to the user; the charts fill most
+    of the window."""
+    import queue
+    import time
+
+    from tests.deployment.browser import Chromium
+
+    server, fakes, replies, live = running
+    answered = 0
+    end = time.monotonic() + 60
+    while answered < 5 and time.monotonic() < end:
+        for fake in fakes:
+            if answered == 5:
+                break
+            try:
+                task = fake.tasks.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            fake.submit(task)
+            answered += 1
+    assert answered == 5
+    browser = Chromium(tmp_path / "profile", width=1400, height=1800)
+    try:
+        browser.open(live.url)
+        shown, end = None, time.monotonic() + 60
+        while shown is None and time.monotonic() < end:
+            time.sleep(0.2)
+            shown = browser.evaluate(LABELS % answered)
+        browser.screenshot(tmp_path / "live-view.png")
+    finally:
+        browser.close()
+    assert shown is not None, "the page never showed the answered rounds"
+    assert shown["latencyLegend"][-2:] == ["measured", "T̂ at dispatch"], shown
+    assert {"c0", "c1", "c2"} <= set(shown["latencyLegend"]), shown
+    # the legend has one mark of each kind; the chart one dot and one bar per answer
+    assert shown["dots"] == shown["bars"] == answered + 1, shown
+    for ticks in (shown["queueTicks"], shown["latencyTicks"]):
+        assert ticks and all(t.isdigit() for t in ticks), shown
+        assert [int(t) for t in ticks] == sorted({int(t) for t in ticks}), shown
+    assert shown["clipped"] == [], shown
+    assert "directive" in shown["freqLegend"] and "applied" in shown["freqLegend"]
+    assert "in flight" in shown["freqLegend"], shown["freqLegend"]
+    assert "Monitor.Status" not in shown["footer"], shown["footer"]
+    assert shown["mainBottom"] >= 0.75 * shown["height"], shown

@@ -215,3 +215,31 @@ def test_only_a_ray_start_up_timeout_is_retried():
     assert ray_failed_to_start(chain("The current node timed out during startup. This could",
                                      "Simulation Runtime crashed.", "Ending simulation."))
     assert not ray_failed_to_start(chain("ClientApp raised ValueError", "Ending simulation."))
+
+
+def test_fewer_virtual_supernodes_than_clients_take_turns():
+    """Flower's default federation (2 virtual SuperNodes) serves a 6-client run: client c
+    trains on the node of partition c mod 2, and the train messages say the node is shared."""
+    rc = full_run_config(TINY)
+    grid = clientapp_grid(rc, 2)
+    with pytest.raises(DiscoveryError, match="only 2 of 6 SuperNodes registered"):
+        discover_clients(grid, 6, timeout_s=0.2)
+    mapping = discover_clients(grid, 6, timeout_s=5, share_nodes=True)
+    part_of_node = {500 + 7 * i: None for i in range(2)}
+    assert sorted(mapping) == list(range(6)) and set(mapping.values()) == set(part_of_node)
+    assert mapping[0] == mapping[2] == mapping[4] != mapping[1] == mapping[3] == mapping[5]
+    executor = FlowerExecutor(grid, 6, poll_s=0.001, share_nodes=True,
+                              extra_config={"data-key": client_fingerprint(
+                                  config_from_run_config(rc))})
+    assert executor.extra_config["node-shared"] is True
+
+
+def test_shared_mapping_only_for_a_complete_simulated_federation():
+    from fedcure_app.simulation.flower_executor import shared_mapping
+
+    sim = {10: {"partition-id": 0, "num-partitions": 2}, 11: {"partition-id": 1,
+                                                              "num-partitions": 2}}
+    assert shared_mapping(sim, 5) == {0: 10, 1: 11, 2: 10, 3: 11, 4: 10}
+    assert shared_mapping(sim, 2) is None  # one node per client: the usual mapping
+    assert shared_mapping({10: sim[10]}, 5) is None  # node 1 not registered yet
+    assert shared_mapping({10: {"client-id": 0}, 11: {"client-id": 1}}, 5) is None

@@ -21,8 +21,25 @@
     return e;
   }
 
-  // a line/point chart: series = [{color, points: [[x, y]], dash, dots, label}]
-  function chart(svg, series, xlabel, ymin, yfmt) {
+  // one mark of a series: a dot (a measurement) or a short bar (an estimate)
+  function mark(svg, kind, x, y, c) {
+    if (kind === "tick") svg.appendChild(el("line", {x1: x - 6, y1: y, x2: x + 6, y2: y, stroke: c, "stroke-width": 2.4, class: "mark-tick"}));
+    else svg.appendChild(el("circle", {cx: x, cy: y, r: 2.6, fill: c, class: "mark-dot"}));
+  }
+
+  // x positions of the axis ticks: integers for a round axis (opts.xint), else quarters
+  function xticks(x0, x1, xint) {
+    if (!xint) return [0, 1, 2, 3, 4].map((i) => x0 + (x1 - x0) * i / 4);
+    const step = Math.max(1, Math.ceil((x1 - x0) / 4)), out = [];
+    for (let x = Math.ceil(x0); x <= x1 + 1e-9; x += step) out.push(x);
+    return out;
+  }
+
+  // a line/point chart: series = [{color, points: [[x, y]], dash, marker: "dot"|"tick", label}];
+  // opts.xint: integer x ticks; opts.legend: [{color, marker: "dot"|"tick"|"line", label}]
+  // drawn instead of the series' labels
+  function chart(svg, series, xlabel, ymin, yfmt, opts) {
+    opts = opts || {};
     while (svg.firstChild) svg.removeChild(svg.firstChild);
     const W = svg.clientWidth || 440, H = svg.clientHeight || 230, L = 48, R = 10, T = 10, B = 30;
     svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
@@ -38,28 +55,35 @@
     svg.appendChild(el("line", {x1: L, y1: H - B, x2: W - R, y2: H - B, stroke: "#d7dbe2"}));
     svg.appendChild(el("line", {x1: L, y1: T, x2: L, y2: H - B, stroke: "#d7dbe2"}));
     for (let i = 0; i <= 4; i++) {
-      const y = y0 + (y1 - y0) * i / 4, x = x0 + (x1 - x0) * i / 4;
+      const y = y0 + (y1 - y0) * i / 4;
       svg.appendChild(el("text", {x: L - 4, y: sy(y) + 4, "text-anchor": "end"}, yfmt ? yfmt(y) : +y.toPrecision(3)));
-      svg.appendChild(el("text", {x: sx(x), y: H - B + 14, "text-anchor": "middle"}, +x.toPrecision(3)));
     }
-    svg.appendChild(el("text", {x: W - R, y: H - 2, "text-anchor": "end"}, xlabel));
+    const xs = xticks(x0, x1, opts.xint);
+    xs.forEach((x, i) => {
+      // the last label ends at its tick, so that it stays inside the chart
+      const anchor = (i === xs.length - 1 && sx(x) > W - R - 20) ? "end" : "middle";
+      svg.appendChild(el("text", {x: sx(x), y: H - B + 14, "text-anchor": anchor, class: "xtick"},
+                         opts.xint ? String(x) : +x.toPrecision(3)));
+    });
+    svg.appendChild(el("text", {x: W - R, y: H - 2, "text-anchor": "end", class: "xlabel"}, xlabel));
     series.forEach((s) => {
-      if (s.points.length > 1 && !s.dots) {
+      if (s.points.length > 1) {
         const d = s.points.map((p, i) => (i ? "L" : "M") + sx(p[0]).toFixed(1) + " " + sy(p[1]).toFixed(1)).join(" ");
-        const a = {d: d, fill: "none", stroke: s.color, "stroke-width": 1.6};
+        const a = {d: d, fill: "none", stroke: s.color, "stroke-width": s.marker ? 1 : 1.6};
         if (s.dash) a["stroke-dasharray"] = "5 4";
-        svg.appendChild(el("path", a));
+        if (!s.marker || s.dash) svg.appendChild(el("path", a));
       }
-      if (s.dots || s.points.length === 1) {
-        s.points.forEach((p) => svg.appendChild(el("circle", {cx: sx(p[0]), cy: sy(p[1]), r: 2.6, fill: s.color})));
+      if (s.marker || s.points.length === 1) {
+        s.points.forEach((p) => mark(svg, s.marker || "dot", sx(p[0]), sy(p[1]), s.color));
       }
     });
-    let lx = L + 40;
-    series.filter((s) => s.label).forEach((s) => {
-      svg.appendChild(el("rect", {x: lx, y: T, width: 10, height: 3, fill: s.color}));
-      const t = el("text", {x: lx + 13, y: T + 5}, s.label);
-      svg.appendChild(t);
-      lx += 18 + 7 * s.label.length;
+    const legend = opts.legend || series.filter((s) => s.label).map((s) => ({color: s.color, marker: "line", label: s.label}));
+    let lx = L + 8;
+    legend.forEach((g) => {
+      if (g.marker === "line") svg.appendChild(el("rect", {x: lx, y: T, width: 10, height: 3, fill: g.color}));
+      else mark(svg, g.marker, lx + 5, T + 1.5, g.color);
+      svg.appendChild(el("text", {x: lx + 13, y: T + 5, class: "legend"}, g.label));
+      lx += 22 + 6.2 * g.label.length;
     });
   }
 
@@ -82,7 +106,7 @@
       svg.appendChild(el("rect", {x: x + bw, y: sy(g.b), width: bw, height: H - B - sy(g.b), fill: "none", stroke: g.color, "stroke-dasharray": "3 2"}));
       svg.appendChild(el("text", {x: x + bw, y: H - B + 14, "text-anchor": "middle"}, g.label));
     });
-    svg.appendChild(el("text", {x: L + 4, y: 12}, "filled: share of rounds · dashed: target δ"));
+    svg.appendChild(el("text", {x: L + 4, y: 12, class: "legend"}, "filled: share of rounds · dashed: target δ"));
   }
 
   function cell(tr, text, cls) {
@@ -130,15 +154,19 @@
     });
 
     const M = s.coalitions.length;
-    const qs = [], lat = [];
+    const qs = [], lat = [], latLegend = [];
     for (let m = 0; m < M; m++) {
       qs.push({color: color(m), label: "Λ" + m, points: rows.map((r) => [r.round, r.queues[m]])});
       const mine = rows.filter((r) => r.coalition === m);
-      lat.push({color: color(m), label: "c" + m, dots: true, points: mine.map((r) => [r.round, r.latency_s])});
-      lat.push({color: color(m), dash: true, points: mine.map((r) => [r.round, r.estimate_s])});
+      // one measurement per answered task (dot); the estimate it was dispatched with (bar)
+      lat.push({color: color(m), marker: "dot", points: mine.map((r) => [r.round, r.latency_s])});
+      lat.push({color: color(m), marker: "tick", dash: true, points: mine.map((r) => [r.round, r.estimate_s])});
+      latLegend.push({color: color(m), marker: "line", label: "c" + m});
     }
-    chart($("queues"), qs, "global round", 0);
-    chart($("latency"), lat, "global round (dots: measured, dashed: T̂ at dispatch)", 0);
+    latLegend.push({color: "#6b7280", marker: "dot", label: "measured"},
+                   {color: "#6b7280", marker: "tick", label: "T̂ at dispatch"});
+    chart($("queues"), qs, "global round", 0, undefined, {xint: true});
+    chart($("latency"), lat, "global round of the answer", 0, undefined, {xint: true, legend: latLegend});
     bars($("shares"), s.coalitions.map((c) => ({label: "c" + c.coalition, a: c.share, b: c.delta, color: color(c.coalition)})));
     const acc = rows.filter((r) => r.accuracy !== null).map((r) => [r.time_s, r.accuracy]);
     if (s.initial_accuracy !== null && acc.length) acc.unshift([0, s.initial_accuracy]);
