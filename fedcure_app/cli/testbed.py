@@ -42,10 +42,10 @@ from fedcure_app.config import FedCureConfig
 
 log = logging.getLogger(__name__)
 
-#: default device presets, dealt to the clients in id order (cycling): a minority of slow
-#: devices (two of nine clients), so that after formation, which mixes the initial edges'
-#: clients, the coalitions that hold one stay slow and at least one coalition holds none
-DEFAULT_MIX = "rpi4,rpi5*4"
+#: default device presets, dealt to the clients in id order (cycling): one slow device in six,
+#: so that after formation, which mixes the initial edges' clients, a coalition that holds one
+#: stays slow and the others hold none (a coalition is as slow as its slowest member)
+DEFAULT_MIX = "rpi5*5,rpi4"
 #: defaults of the run's configuration under ``fedcure testbed`` (a ``--config`` file or the
 #: options override them): few enough rounds for about four minutes on a 2-core host, τ_c large
 #: enough that the clients' compute, not the messaging, sets an edge round's length, one
