@@ -646,7 +646,9 @@ def _run(args: argparse.Namespace, site: Site, cfg: FedCureConfig,
     if code == 0 and result_path.is_file():
         result = add_warnings(result_path, caught.lines, site.command)
         console.print(_summary(result, site.command, site.summary_rows()))
-        console.print(_coalition_table(result))
+        # not cut to 80 columns when written to a file or pipe
+        (console if console.is_terminal else Console(stderr=True, width=160)).print(
+            _coalition_table(result))
         if failed:
             console.print(f"[yellow]roles that exited with an error: {failed} "
                           f"(see {out / 'logs'})")
