@@ -46,6 +46,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -116,8 +117,16 @@ def run(kind: str, method: str, cfg_file: Path, prof_file: Path, host: float, ou
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
     t0 = time.monotonic()
-    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=args.timeout + 300)
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        _, stderr = proc.communicate(timeout=args.timeout + 300)
+    except BaseException:
+        # Ctrl-C or the time limit: let the testbed remove its namespaces and cgroups
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=120)
+        raise
+    done = subprocess.CompletedProcess(argv, proc.returncode, "", stderr)
     print(f"{kind} {method}: exit {done.returncode} in {time.monotonic() - t0:.0f} s",
           file=sys.stderr, flush=True)
     result = run_out / "result.json"
