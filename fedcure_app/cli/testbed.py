@@ -107,6 +107,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="secret the live view asks of every request (default "
                         "$FEDCURE_DASHBOARD_TOKEN)")
     p.add_argument("--no-dashboard", action="store_true", help="no live view")
+    for action in p._actions:  # the testbed's own defaults, not the configuration's
+        if action.dest in TESTBED_DEFAULTS:
+            value = TESTBED_DEFAULTS[action.dest][2]
+            action.help = f"{action.help} (default: {value}, unless --config sets it)"
     config_defaults_help(p, _OPTIONS)
     p.set_defaults(func=run, out="results/testbed")
 
