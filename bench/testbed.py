@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="the fastest client's host cores at f_max (0 < C <= 1): every profile "
                    "is slowed by the same factor, in both runs; default 0: the largest factor "
                    "under which all clients together fit the host's cores less half a core")
-    p.add_argument("--timeout", type=float, default=900.0)
+    p.add_argument("--timeout", type=float, default=1800.0)
     p.add_argument("--out", help="folder for the runs (default: a temporary one)")
     args = p.parse_args(argv)
     if not 0 <= args.client_cores <= 1:
