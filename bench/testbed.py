@@ -24,19 +24,21 @@ latency prior add them). ``--edge-round-overhead A S`` skips the calibration;
 leave out the start-up an edge reports in a coalition's first task (its wait for the
 SuperNodes), as T̂ does.
 
-The devices: initial edge m's clients get preset m of ``--mix`` (as ``fedcure testbed`` does).
-A testbed client cannot compute faster than one core of this host, and the clients share the
-host: in the first dispatch every coalition trains at once, and quotas that add up to more than
-the host's cores (less half a core for the roles) make every client slower than its profile. So
-a profile faster than ``--client-cores`` host cores at its f_max (default: (cores − 0.5) /
-clients, at most 1) is slowed to it (its cycles per sample raised), in both runs alike; the
-output says which. The simulator has no edge access caps here (the testbed
-shapes each client's own link only). The host's one-core speed is measured once and given to
-every testbed run.
+The devices: client i gets entry i of ``--mix`` (as ``fedcure testbed`` deals them; default
+two ``rpi4`` among nine clients, so that formation leaves coalitions of mixed devices, where the
+edge waits for its slowest client). A testbed client cannot compute faster than one core of
+this host, and the clients share the host: in the first dispatch every coalition trains at once.
+So every profile is slowed by one common factor (its cycles per sample raised, in both runs
+alike; :mod:`fedcure_app.testbed.scaling`): by default the largest under which the clients'
+quotas at f_max fit the host's cores less half a core for the roles, with ``--client-cores C``
+the one that puts the fastest client at C host cores. The output says how. The simulator has no
+edge access caps here (the testbed shapes each client's own link only). The host's one-core
+speed is measured once and given to every testbed run.
 
-    sudo python3 bench/testbed.py --dataset mnist --data-dir DIR [--rounds 24] [--tau-e 3] [--clients 3]
-        [--tau-c 60] [--max-concurrent 1] [--methods fedcure,fedgreedy,fedfair] [--out DIR]
-        [--mix rpi4,laptop,laptop] [--client-cores C] [--edge-round-overhead A S]
+    sudo python3 bench/testbed.py --dataset mnist --data-dir DIR [--rounds 24] [--tau-e 3]
+        [--clients 9] [--edges 3] [--tau-c 20] [--max-concurrent 1] [--mix rpi4,rpi5*4]
+        [--methods fedcure,fedgreedy,fedfair] [--out DIR] [--client-cores C]
+        [--edge-round-overhead A S]
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -61,13 +64,13 @@ def build_inputs(args: argparse.Namespace, out: Path, overhead_s: float = 0.0,
                  client_samples: int = 0, seed: int | None = None, rounds: int | None = None
                  ) -> tuple[Path, Path, float, list[str]]:
     """The shared configuration file (in ``out``), the profiles file, the host's samples/s, and
-    the names of the profiles slowed to ``--client-cores``; ``overhead_s``: the deployment's
+    the names of the profiles slowed to fit the host; ``overhead_s``: the deployment's
     messaging per edge round (s); ``client_samples``: a client's own work per edge round beyond
     training (samples); ``seed``/``rounds`` override ``args``'."""
     rounds = args.rounds if rounds is None else rounds
-    from fedcure_app.cli.testbed import client_profiles, host_samples_per_s
+    from fedcure_app.cli.testbed import client_profiles, host_samples_per_s, parse_mix
     from fedcure_app.config import FedCureConfig, apply_flat
-    from fedcure_app.devices import parse_profile
+    from fedcure_app.testbed.scaling import scale_profiles
 
     cfg = apply_flat(FedCureConfig(), {
         "dataset": args.dataset, "num-clients": args.clients, "num-edges": args.edges,
@@ -77,16 +80,10 @@ def build_inputs(args: argparse.Namespace, out: Path, overhead_s: float = 0.0,
         "edge-round-client-samples": client_samples,
         **({"data-dir": args.data_dir} if args.data_dir else {})})
     host = args.host_samples_per_s or host_samples_per_s(cfg)
-    model = cfg.data.dataset
-    cap = client_cores(args) * host  # samples/s
-    profiles, slowed = [], []
-    for p in client_profiles(cfg, args.mix.split(","), None):
-        if p.f_max_ghz * 1e9 / p.cycles_for(model) > cap:
-            cycles = dict(p.cycles_per_sample)
-            cycles[model] = p.f_max_ghz * 1e9 / cap
-            p = parse_profile({**p.model_dump(), "cycles_per_sample": cycles})
-            slowed.append(p.name)
-        profiles.append(p)
+    sc = scale_profiles(client_profiles(cfg, parse_mix(args.mix), None), cfg.data.dataset, host,
+                        os.cpu_count() or 1, args.client_cores or None)
+    profiles = list(sc.profiles)
+    slowed = [p.name for p in profiles] if sc.factor < 1 else []
     prof_file = out / "profiles.json"
     prof_file.write_text(json.dumps([p.model_dump(mode="json") for p in profiles], indent=1))
     cfg = apply_flat(cfg, {"profiles-file": str(prof_file)})
@@ -95,16 +92,16 @@ def build_inputs(args: argparse.Namespace, out: Path, overhead_s: float = 0.0,
     return cfg_file, prof_file, host, sorted(set(slowed))
 
 
-def client_cores(args: argparse.Namespace) -> float:
-    """The most host cores one client computes on: ``--client-cores``, or by default this
-    host's cores less the roles' reserve shared by the clients (at most one each), so that the
-    first dispatch, where every coalition trains at once, does not oversubscribe the host."""
-    from fedcure_app.devices.cgroup import ROLE_RESERVE_CORES
+def scaling(args: argparse.Namespace, host: float) -> Any:
+    """How the profiles are slowed to fit this host (:mod:`fedcure_app.testbed.scaling`)."""
+    from fedcure_app.cli.testbed import client_profiles, parse_mix
+    from fedcure_app.config import FedCureConfig, apply_flat
+    from fedcure_app.testbed.scaling import scale_profiles
 
-    if args.client_cores:
-        return float(args.client_cores)
-    cores = os.cpu_count() or 1
-    return min(1.0, max(0.05, (cores - ROLE_RESERVE_CORES) / args.clients))
+    cfg = apply_flat(FedCureConfig(), {"dataset": args.dataset, "num-clients": args.clients,
+                                       "num-edges": args.edges})
+    return scale_profiles(client_profiles(cfg, parse_mix(args.mix), None), args.dataset, host,
+                          os.cpu_count() or 1, args.client_cores or None)
 
 
 def run(kind: str, method: str, cfg_file: Path, prof_file: Path, host: float, out: Path,
@@ -116,12 +113,20 @@ def run(kind: str, method: str, cfg_file: Path, prof_file: Path, host: float, ou
     if kind == "testbed":
         argv += ["--edges", str(args.edges), "--clients", str(args.clients), "--profiles",
                  str(prof_file), "--host-samples-per-s", f"{host:.6g}", "--timeout",
-                 str(args.timeout), "--no-progress"]
+                 str(args.timeout), "--no-progress", "--no-dashboard"]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
     t0 = time.monotonic()
-    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=args.timeout + 300)
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        _, stderr = proc.communicate(timeout=args.timeout + 300)
+    except BaseException:
+        # Ctrl-C or the time limit: let the testbed remove its namespaces and cgroups
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=120)
+        raise
+    done = subprocess.CompletedProcess(argv, proc.returncode, "", stderr)
     print(f"{kind} {method}: exit {done.returncode} in {time.monotonic() - t0:.0f} s",
           file=sys.stderr, flush=True)
     result = run_out / "result.json"
@@ -209,15 +214,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dataset", default="mnist")
     p.add_argument("--data-dir")
     p.add_argument("--edges", type=int, default=3)
-    p.add_argument("--clients", type=int, default=3)
+    p.add_argument("--clients", type=int, default=9)
     p.add_argument("--rounds", type=int, default=24)
-    p.add_argument("--tau-c", type=int, default=60)
+    p.add_argument("--tau-c", type=int, default=20)
     p.add_argument("--tau-e", type=int, default=3)
     p.add_argument("--max-concurrent", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--mix", default="rpi4,laptop,laptop",
-                   help="device preset of each initial edge's clients (edge m: entry m mod the "
-                   "list's length)")
+    p.add_argument("--mix", default="rpi4,rpi5*4",
+                   help="device presets dealt to the clients in id order (client i: entry i, "
+                   "cycling; NAME*K repeats), as fedcure testbed's --mix")
     p.add_argument("--edge-round-overhead", type=float, nargs=2, default=None,
                    metavar=("A", "S"),
                    help="the deployment's messaging per edge round (A seconds) and a client's "
@@ -228,10 +233,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--methods", default="fedcure,fedgreedy,fedfair")
     p.add_argument("--host-samples-per-s", type=float, default=0.0)
     p.add_argument("--client-cores", type=float, default=0.0,
-                   help="the most host cores one client computes on (0 < C <= 1); faster "
-                   "profiles are slowed to it in both runs; default: (host cores - 0.5) / "
-                   "clients, at most 1")
-    p.add_argument("--timeout", type=float, default=900.0)
+                   help="the fastest client's host cores at f_max (0 < C <= 1): every profile "
+                   "is slowed by the same factor, in both runs; default 0: the largest factor "
+                   "under which all clients together fit the host's cores less half a core")
+    p.add_argument("--timeout", type=float, default=1800.0)
     p.add_argument("--out", help="folder for the runs (default: a temporary one)")
     args = p.parse_args(argv)
     if not 0 <= args.client_cores <= 1:
@@ -240,8 +245,11 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     load0 = os.getloadavg()
     cfg_file, prof_file, host, slowed = build_inputs(args, out)
-    print(f"host: {host:.0f} {args.dataset} samples/s on one core; slowed to "
-          f"{client_cores(args):.2f} host core: {', '.join(slowed) or 'none'}", flush=True)
+    sc = scaling(args, host)
+    shares = {p.name: c for p, c in zip(sc.profiles, sc.cores)}
+    print(f"host: {host:.0f} {args.dataset} samples/s on one core; profiles × {sc.factor:.3g}: "
+          + ", ".join(f"{n} {c:.3f}" for n, c in sorted(shares.items()))
+          + f" host core at f_max ({sc.total_cores:.2f} together)", flush=True)
     args.host_samples_per_s = host
     if args.edge_round_overhead is None:
         overhead, client_samples = calibrate_overhead(args, out, host)
@@ -254,12 +262,13 @@ def main(argv: list[str] | None = None) -> int:
     cfg_file, prof_file, host, slowed = build_inputs(args, out, overhead, client_samples)
     profiles = json.loads(prof_file.read_text())
     summary: dict[str, Any] = {"host_samples_per_s": host, "slowed": slowed,
-                               "client_cores": client_cores(args), "methods": {},
+                               "scaling_factor": sc.factor,
+                               "client_cores": dict(shares), "methods": {},
                                "edge_round_overhead_s": overhead,
                                "edge_round_client_samples": client_samples, "load_before": load0}
     lines = ["| method | coalition | devices | predicted s | measured s | measured/predicted "
              "| share sim | share testbed |", "|---|---|---|---|---|---|---|---|"]
-    covs, errors = [], {}
+    covs, errors, ratios = [], {}, []
     for method in args.methods.split(","):
         sim = run("simulate", method, cfg_file, prof_file, host, out, args)
         bed = run("testbed", method, cfg_file, prof_file, host, out, args)
@@ -275,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
             rows[m] = {"sim": a, "testbed": b}
             devs = "+".join(sorted(members.get(m, [])))
             ratio = b["mean_s"] / a["mean_s"] if a["tasks"] and b["tasks"] else float("nan")
+            ratios.append(ratio)
             lines.append(f"| {method} | {m} | {devs} | {a['mean_s']:.2f} | {b['mean_s']:.2f} | "
                          f"{ratio:.2f} | {a['share']:.2f} | {b['share']:.2f} |")
             errors.setdefault(method, {})[m] = b["t_hat_error"]
@@ -288,6 +298,18 @@ def main(argv: list[str] | None = None) -> int:
     for method, per in errors.items():
         for m, errs in per.items():
             print(f"- {method}, coalition {m}: " + ", ".join(f"{e:+.0%}" for e in errs))
+    late = [e for per in errors.values() for errs in per.values() for e in errs[2:]]
+    summary["verdict"] = {
+        "measured_over_predicted": [min(ratios, default=float("nan")),
+                                    max(ratios, default=float("nan"))],
+        "within_20pct": sum(1 for r in ratios if abs(r - 1) <= 0.2), "coalitions": len(ratios),
+        "t_hat_error_from_third": [min(late, default=float("nan")),
+                                   max(late, default=float("nan"))]}
+    v = summary["verdict"]
+    print(f"\nmeasured/predicted {v['measured_over_predicted'][0]:.2f}–"
+          f"{v['measured_over_predicted'][1]:.2f}: {v['within_20pct']} of {v['coalitions']} "
+          f"coalitions within ±20 %; T̂ from each coalition's third task "
+          f"{v['t_hat_error_from_third'][0]:+.0%} … {v['t_hat_error_from_third'][1]:+.0%}")
     summary["load_after"] = os.getloadavg()
     print(f"\nload average before {load0[0]:.1f}, after {summary['load_after'][0]:.1f}")
     (out / "summary.json").write_text(json.dumps(summary, indent=1))

@@ -204,7 +204,9 @@ class CloudController:
         self._view = RoundView.of(s) if s is not None else RoundView()
         self._strategy_view = (
             StrategyView.of(s, self.log.records, self.cfg.method.tau_e, self._strategy_view,
-                            self.log.initial_accuracy)
+                            self.log.initial_accuracy,
+                            devices=[c.profile.name for c in self.federation.clients]
+                            if self.federation is not None else None)
             if s is not None else StrategyView(tau_e=self.cfg.method.tau_e))
 
     def _fault(self, kind: str, coalition: int | None, detail: str) -> None:

@@ -83,6 +83,9 @@ class ResultsWriter:
                 "moves": federation.formation.get("moves"),
                 "stable": federation.formation.get("stable"),
             },
+            # T̂_m at the end of the run (s): what the cloud expects each coalition's next task
+            # to take
+            "latency_estimate_s": [float(x) for x in strategy.estimator.mean()],
             "participation": {
                 "rounds": part.tolist(),
                 "share": share.tolist(),

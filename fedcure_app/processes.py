@@ -209,6 +209,7 @@ class Child:
     :attr:`descendants_every_s` seconds (each refresh reads every process's /proc entry, and the
     roles poll their children twice a second: unthrottled, those scans took more CPU than the
     clients' training in a deployed edge round on a busy host) and :meth:`stop` calls first.
+    ``pass_fds``: file descriptors the process inherits (e.g. a listening socket).
     """
 
     #: least seconds between two descendant scans from :meth:`poll`
@@ -216,8 +217,8 @@ class Child:
 
     def __init__(self, name: str, argv: Sequence[str], *, log_path: str | Path | None = None,
                  env: Mapping[str, str] | None = None, cwd: str | Path | None = None,
-                 new_session: bool = True, on_line: Callable[[str], None] | None = None
-                 ) -> None:
+                 new_session: bool = True, on_line: Callable[[str], None] | None = None,
+                 pass_fds: Sequence[int] = ()) -> None:
         self.name = name
         self.argv = [str(a) for a in argv]
         self.log_path = Path(log_path) if log_path is not None else None
@@ -237,7 +238,7 @@ class Child:
                 self.argv, stdout=stdout, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, env=dict(env) if env is not None else None,
                 cwd=str(cwd) if cwd is not None else None, start_new_session=new_session,
-                text=True,
+                text=True, pass_fds=tuple(pass_fds),
             )
         except FileNotFoundError:
             if self._log is not None:

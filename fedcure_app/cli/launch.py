@@ -240,6 +240,16 @@ class Site:
 
         return port_open(host, port)
 
+    def dashboard(self, address: str, logs: Path) -> tuple[str, str]:
+        """The live view for the user's ``--dashboard`` ``address``: (where the cloud serves
+        it, where the user reaches it). Here both are ``address``'s port or the next free one."""
+        dash = dashboard_address(address)
+        return dash, dash
+
+    def summary_rows(self) -> list[tuple[str, str]]:
+        """Rows the site adds to the end-of-run summary (label, value)."""
+        return []
+
     def status_poller(self, address: str, tls_dir: str | None) -> Any:
         """A callable returning the cloud's ``Monitor.Status`` (None while unreachable), with
         ``close()``."""
@@ -320,11 +330,11 @@ def start_roles(cfg: FedCureConfig, args: argparse.Namespace, out: Path, roles: 
             str(args.register_timeout), *token, *_security_flags(tls_dir, "cloud")]
     cloud_env = env
     if not getattr(args, "no_dashboard", True):
-        dash = dashboard_address(args.dashboard)
+        dash, shown = site.dashboard(args.dashboard, logs)
         argv += ["--dashboard", dash]
         # the token through the environment, not the command line others can read
         cloud_env = dict(env, FEDCURE_DASHBOARD_TOKEN=args.dashboard_token)
-        record["dashboard"] = f"http://{dash}/"
+        record["dashboard"] = f"http://{shown}/"
     roles.cloud = Child("cloud", site.wrap("cloud", argv), log_path=logs / "cloud.log",
                         env=cloud_env)
     record["pids"] = {"cloud": roles.cloud.pid}
@@ -504,7 +514,8 @@ def progress_text(progress: Any) -> str:
     return " | ".join(parts)
 
 
-def _summary(result: dict[str, Any], command: str = "launch") -> Any:
+def _summary(result: dict[str, Any], command: str = "launch",
+             extra: list[tuple[str, str]] | None = None) -> Any:
     from rich.table import Table
 
     t = Table(title=f"FedCure deployment (fedcure {command})", show_header=False)
@@ -514,22 +525,93 @@ def _summary(result: dict[str, Any], command: str = "launch") -> Any:
     t.add_row("best accuracy", "-" if best is None else f"{100 * best:.2f} %")
     t.add_row("coalitions", str(result.get("coalitions")))
     if result.get("initial_jsd") is not None:
+        moves = (result.get("formation") or {}).get("moves")
         t.add_row("JSD initial → formed",
-                  f"{result['initial_jsd']:.4f} → {result['formed_jsd']:.4f}")
+                  f"{result['initial_jsd']:.4f} → {result['formed_jsd']:.4f}"
+                  + ("" if moves is None else f" ({moves} moves)"))
     t.add_row("wall time", f"{result.get('wall_seconds', 0.0):.1f} s")
     t.add_row("energy", f"{result.get('energy_j', 0.0):.1f} J")
+    for label, value in extra or []:
+        t.add_row(label, value)
+    t.add_row("warnings", str(len(result.get("warnings") or [])))
     return t
+
+
+def _coalition_table(result: dict[str, Any]) -> Any:
+    """Per coalition: devices, mean task latency (its first task left out), T̂ at the end,
+    share of rounds, mean frequencies directed and applied per device."""
+    from rich.table import Table
+
+    from fedcure_app.cli.coalition_summary import (
+        coalition_rows,
+        devices_text,
+        ghz_text,
+        latency_spread,
+    )
+
+    rows = coalition_rows(result)
+    spread = latency_spread(rows)
+    t = Table(title="coalitions" + ("" if spread is None else
+                                    f" (slowest/fastest mean latency {spread:.2f}×)"))
+    for col in ("", "devices", "tasks", "mean latency s", "T̂ end s", "share",
+                "directed GHz", "applied GHz"):
+        t.add_column(col, justify="left" if col in ("devices", "directed GHz", "applied GHz")
+                     else "right")
+    for r in rows:
+        lat, th = r["mean_latency_s"], r["t_hat_s"]
+        t.add_row(str(r["coalition"]), devices_text(r["devices"]), str(r["tasks"]),
+                  "-" if lat is None else f"{lat:.2f}", "-" if th is None else f"{th:.2f}",
+                  f"{r['share']:.2f}", ghz_text(r["directed_ghz"]), ghz_text(r["applied_ghz"]))
+    return t
+
+
+class WarningLines(logging.Handler):
+    """Every warning this process logs while attached (its message, one line each)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.lines.append(" ".join(record.getMessage().split()))
+        except Exception:  # noqa: BLE001 - a bad format string must not end the run
+            pass
+
+
+def add_warnings(result_path: Path, lines: list[str], command: str) -> dict[str, Any]:
+    """Append ``lines`` (warnings printed by ``fedcure <command>``) to ``result.json``'s
+    ``warnings``, each ``{"kind": command, "detail": line}``; return the result."""
+    result = json.loads(result_path.read_text())
+    if lines:
+        result.setdefault("warnings", []).extend(
+            {"kind": command, "detail": line} for line in lines)
+        tmp = result_path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(result, indent=1))
+        tmp.replace(result_path)
+    return result
 
 
 def run(args: argparse.Namespace, site: Site | None = None) -> int:
     """Run a deployment where ``site`` says (default: ``fedcure launch``, all on 127.0.0.1);
     ``site.setup`` runs after the checks, ``site.teardown`` after every role stopped, also on
-    error and Ctrl-C."""
-    from rich.console import Console
-
+    error and Ctrl-C. Every warning it logs meanwhile goes into ``result.json``'s ``warnings``
+    too."""
     site = site or Site()
     cfg = config_from_args(args)
     check_inputs(args, cfg)
+    caught = WarningLines()
+    logging.getLogger().addHandler(caught)
+    try:
+        return _run(args, site, cfg, caught)
+    finally:
+        logging.getLogger().removeHandler(caught)
+
+
+def _run(args: argparse.Namespace, site: Site, cfg: FedCureConfig,
+         caught: WarningLines) -> int:
+    from rich.console import Console
+
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     (out / "result.json").unlink(missing_ok=True)
@@ -590,7 +672,11 @@ def run(args: argparse.Namespace, site: Site | None = None) -> int:
     failed = {k: v for k, v in record["exit_codes"].items() if v not in (0, None)}
     result_path = out / "result.json"
     if code == 0 and result_path.is_file():
-        console.print(_summary(json.loads(result_path.read_text()), site.command))
+        result = add_warnings(result_path, caught.lines, site.command)
+        console.print(_summary(result, site.command, site.summary_rows()))
+        # not cut to 80 columns when written to a file or pipe
+        (console if console.is_terminal else Console(stderr=True, width=160)).print(
+            _coalition_table(result))
         if failed:
             console.print(f"[yellow]roles that exited with an error: {failed} "
                           f"(see {out / 'logs'})")

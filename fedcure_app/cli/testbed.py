@@ -1,7 +1,8 @@
 """``fedcure testbed``: a deployment with real heterogeneity on one Linux machine (root).
 
-    sudo fedcure testbed --out DIR [--edges 3 --clients 6] [--mix rpi4,jetson-nano,laptop |
-        --profiles FILE] [--dataset mnist --data-dir DIR] [launch's options]
+    sudo fedcure testbed --out DIR [--edges 3 --clients 9] [--mix jetson-orin-nano*5,rpi4 |
+        --profiles FILE] [--client-cores auto] [--dataset mnist --data-dir DIR]
+        [--dashboard 127.0.0.1:8080 | --no-dashboard] [launch's options]
 
 ``fedcure launch`` (:mod:`fedcure_app.cli.launch`, whose code runs the roles here too) with each
 role in a network namespace of its own: every client's link to the others is shaped (``tbf``)
@@ -9,9 +10,11 @@ to its device profile's uplink and downlink Mbit/s, every edge's to the configur
 ``edge-link-mbps``, and clients apply frequency directives with ``--cpufreq cgroup``: a CPU
 quota that makes this host train at the profile's speed at the directed frequency
 (:mod:`fedcure_app.devices.cgroup`; the host's one-core speed is measured once, here, before
-any role starts). Devices: client i gets ``--profiles`` entry i (cycling), or, by default, the
-``--mix`` preset of its initial edge (edge m gets entry m of the mix, cycling), so that the
-initial coalitions differ in speed. Without root, or on a kernel that lacks namespaces, veths,
+any role starts). Devices: client i gets ``--profiles`` entry i, or ``--mix`` entry i (both
+cycling), every profile slowed by one factor so that the clients' quotas fit this host
+(``--client-cores``, :mod:`fedcure_app.testbed.scaling`). The cloud's live view is served on
+this host's ``--dashboard`` address through a proxy in the cloud's namespace
+(:mod:`fedcure_app.testbed.proxy`). Without root, or on a kernel that lacks namespaces, veths,
 bridges or tbf, it says so in one line and exits 2 before it starts anything. It removes its
 namespaces (and with them every veth, the bridge and the qdiscs), cgroups and processes on
 normal exit, on error and on Ctrl-C, and at start those of an earlier run whose process is
@@ -37,13 +40,29 @@ from pathlib import Path
 from typing import Any
 
 from fedcure_app.cli.errors import UsageError, config_defaults_help
-from fedcure_app.cli.launch import _OPTIONS, Site, add_run_options
+from fedcure_app.cli.launch import _OPTIONS, DEFAULT_DASHBOARD, Site, add_run_options
 from fedcure_app.config import FedCureConfig
 
 log = logging.getLogger(__name__)
 
-#: default device presets, one per initial edge (cycling)
-DEFAULT_MIX = ("rpi4", "jetson-nano", "laptop")
+#: default device presets, dealt to the clients in id order (cycling): one slow device in six,
+#: so that after formation, which mixes the initial edges' clients, a coalition that holds one
+#: stays slow and the others hold none (a coalition is as slow as its slowest member). The
+#: Orin Nano computes 3× as fast as the Pi 4 at f_max and the frequency rule keeps it near its
+#: f_max (1.5 GHz); a faster device would ask a Pi 4 under the smallest CPU quota on 2 cores
+DEFAULT_MIX = "jetson-orin-nano*5,rpi4"
+#: defaults of the run's configuration under ``fedcure testbed`` (a ``--config`` file or the
+#: options override them): few enough rounds for about four minutes on a 2-core host, τ_c large
+#: enough that the clients' compute, not the messaging, sets an edge round's length, one
+#: coalition in flight (K = 1: any target share is reachable, and after round 0 one coalition's
+#: clients have the host)
+TESTBED_DEFAULTS: dict[str, tuple[str, str, int]] = {
+    # option dest: (configuration section, field, value)
+    "rounds": ("run", "global_rounds", 20),
+    "tau_c": ("method", "tau_c", 30),
+    "tau_e": ("method", "tau_e", 3),
+    "max_concurrent": ("method", "max_concurrent", 1),
+}
 #: default base of the run prefix (namespaces and cgroups are named <base><pid>-...)
 DEFAULT_PREFIX_BASE = "fctb"
 
@@ -58,47 +77,98 @@ def register(sub: argparse._SubParsersAction) -> None:
         "cgroup quotas to their profiles' speed at the directed frequency. Needs root.",
     )
     p.add_argument("--edges", type=int, default=3, help="edge servers (coalitions)")
-    p.add_argument("--clients", type=int, default=6, help="client processes")
+    p.add_argument("--clients", type=int, default=9, help="client processes")
     add_run_options(p)
     p.add_argument("--cpufreq", choices=["cgroup", "emulate", "off"], default="cgroup",
                    help="how clients apply frequency directives (default cgroup: real CPU "
                         "quotas; emulate/off leave every client at this host's full speed)")
     devices = p.add_mutually_exclusive_group()
-    devices.add_argument("--mix", default=",".join(DEFAULT_MIX),
-                         help="device presets, comma-separated: initial edge m's clients get "
-                              f"entry m (cycling) (default {','.join(DEFAULT_MIX)})")
+    devices.add_argument("--mix", default=DEFAULT_MIX,
+                         help="device presets dealt to the clients in id order (client i gets "
+                              "entry i, cycling; NAME*K repeats an entry K times) "
+                              f"(default {DEFAULT_MIX})")
     devices.add_argument("--profiles", metavar="FILE",
                          help="JSON/TOML device profiles: client i gets entry i (cycling)")
+    p.add_argument("--client-cores", default="auto", metavar="C|auto",
+                   help="with --cpufreq cgroup: every profile is slowed by one common factor so "
+                        "that the fastest client computes on C host cores at f_max (0 < C <= "
+                        "1); auto: the largest factor <= 1 under which the clients' quotas "
+                        "together fit this host's cores less half a core for the roles "
+                        "(default auto)")
     p.add_argument("--host-samples-per-s", type=float, default=0.0, metavar="R",
                    help="this host's training samples/s on one core for the dataset's model "
                         "(default 0: measured at start)")
     p.add_argument("--prefix", default=DEFAULT_PREFIX_BASE,
                    help="namespaces and cgroups are named <prefix><pid>-... (1-8 lowercase "
                         "letters)")
+    p.add_argument("--dashboard", default=DEFAULT_DASHBOARD, metavar="HOST:PORT",
+                   help="the cloud's live view (web page and Prometheus /metrics) on this "
+                        f"host; default {DEFAULT_DASHBOARD}, or the next free port above it "
+                        "(port 0: any free port); another address than loopback needs "
+                        "--dashboard-token")
+    p.add_argument("--dashboard-token", default=os.environ.get("FEDCURE_DASHBOARD_TOKEN", ""),
+                   help="secret the live view asks of every request (default "
+                        "$FEDCURE_DASHBOARD_TOKEN)")
+    p.add_argument("--no-dashboard", action="store_true", help="no live view")
+    for action in p._actions:  # the testbed's own defaults, not the configuration's
+        if action.dest in TESTBED_DEFAULTS:
+            value = TESTBED_DEFAULTS[action.dest][2]
+            action.help = f"{action.help} (default: {value}, unless --config sets it)"
     config_defaults_help(p, _OPTIONS)
     p.set_defaults(func=run, out="results/testbed")
 
 
+def parse_mix(text: str) -> list[str]:
+    """``--mix``'s presets in order: comma-separated names, ``NAME*K`` repeating one K times.
+    Raises :class:`UsageError` naming an unknown preset or a bad count."""
+    from fedcure_app.devices import PRESETS
+
+    out: list[str] = []
+    for item in (t.strip() for t in text.split(",")):
+        name, star, count = item.partition("*")
+        name = name.strip()
+        if star and not (count.strip().isdigit() and 1 <= int(count) <= 10_000):
+            raise UsageError(f"--mix: {item!r}: NAME*K needs a whole K from 1 to 10000")
+        if name not in PRESETS:
+            raise UsageError(f"--mix: unknown preset {name!r}; choose from {', '.join(PRESETS)}")
+        out.extend([name] * (int(count) if star else 1))
+    return out
+
+
 def client_profiles(cfg: FedCureConfig, mix: list[str] | None,
                     profiles_file: str | None) -> list[Any]:
-    """Every client's device profile: ``profiles_file`` entry i, or the ``mix`` preset of the
-    client's initial edge."""
+    """Every client's device profile: ``profiles_file`` entry i, or ``mix`` entry i (both
+    cycling)."""
     from fedcure_app.devices import PRESETS, load_profiles
 
     n = cfg.federation.num_clients
     if profiles_file:
         loaded = load_profiles(profiles_file)
         return [loaded[i % len(loaded)] for i in range(n)]
-    from fedcure_app.federation import partition_for
-    from fedcure_app.data import load_dataset
-
     assert mix
-    part = partition_for(cfg, load_dataset(cfg.data.dataset, cfg.data.data_dir))
-    return [PRESETS[mix[int(part.initial_assignment[i]) % len(mix)]] for i in range(n)]
+    return [PRESETS[mix[i % len(mix)]] for i in range(n)]
+
+
+def client_cores_option(text: str) -> float | None:
+    """``--client-cores``: None for ``auto``, else C in (0, 1]; :class:`UsageError` otherwise."""
+    if text.strip().lower() == "auto":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= 1:
+        raise UsageError(f"--client-cores must be auto or a number in (0, 1], got {text!r}")
+    return value
 
 
 def host_samples_per_s(cfg: FedCureConfig) -> float:
-    """Samples/s this machine trains the dataset's model on one core (torch, one thread)."""
+    """Samples/s this machine trains the dataset's model on one core (torch, one thread), per
+    second of CPU time this process gets: what a CPU quota hands out. On a busy host wall-clock
+    seconds would also count the waits for a core (one busy 2-core host measured 2 648 digits
+    samples per wall second and 9 722 per CPU second)."""
+    import time
+
     import torch
 
     from fedcure_app.data import load_dataset
@@ -116,7 +186,7 @@ def host_samples_per_s(cfg: FedCureConfig) -> float:
     try:
         return calibrate_host(
             lambda steps: train_local(model, x, y, steps=steps, lr=0.01, batch_size=b, seed=0),
-            samples_per_step=min(b, len(y)))
+            samples_per_step=min(b, len(y)), clock=time.process_time)
     finally:
         torch.set_num_threads(threads)
 
@@ -175,6 +245,8 @@ class NamespaceSite(Site):
         self.plan: Any = None
         self.host_sps: float | None = None
         self.profiles: list[Any] = []
+        self.scaling: Any = None
+        self.proxy: Any = None
         self.created = False
 
     def setup(self, cfg: FedCureConfig, out: Path) -> FedCureConfig:
@@ -182,22 +254,67 @@ class NamespaceSite(Site):
         from fedcure_app.testbed import netns
         from fedcure_app.testbed.plan import make_plan
 
-        mix = None if self.args.profiles else [m.strip() for m in self.args.mix.split(",")]
+        netns.clean_leftovers(self.args.prefix)
+        mix = None if self.args.profiles else parse_mix(self.args.mix)
         self.profiles = client_profiles(cfg, mix, self.args.profiles)
-        path = out / "profiles.json"
-        path.write_text(json.dumps([p.model_dump(mode="json") for p in self.profiles],
-                                   indent=1))
-        cfg = apply_flat(cfg, {"profiles-file": str(path)})
         if self.args.cpufreq == "cgroup":
             self.host_sps = self.args.host_samples_per_s or host_samples_per_s(cfg)
             log.info("this host trains %s at %.0f samples/s on one core", cfg.data.dataset,
                      self.host_sps)
+            self.profiles = self._scale(cfg.data.dataset)
             warn_oversubscribed(self.profiles, cfg.data.dataset, self.host_sps)
+        path = out / "profiles.json"
+        path.write_text(json.dumps([p.model_dump(mode="json") for p in self.profiles],
+                                   indent=1))
+        cfg = apply_flat(cfg, {"profiles-file": str(path)})
         self.plan = make_plan(self.prefix, cfg.federation.num_edges, self.profiles,
                               cfg.devices.edge_link_mbps)
         self.created = True
         netns.create(self.plan)
         return cfg
+
+    def _scale(self, model: str) -> list[Any]:
+        """The profiles slowed to fit this host (``--client-cores``); warns when the slowest
+        fall under the CPU actuator's smallest quota."""
+        from fedcure_app.devices.cgroup import FLOOR_FRACTION
+        from fedcure_app.testbed.scaling import scale_profiles
+
+        assert self.host_sps is not None
+        self.scaling = scale_profiles(self.profiles, model, self.host_sps,
+                                      os.cpu_count() or 1,
+                                      client_cores_option(self.args.client_cores))
+        if self.scaling.below_floor:
+            log.warning("after scaling, %s compute(s) on less than the smallest CPU quota "
+                        "(%.0f %% of a core) and will run faster than their profiles; use "
+                        "fewer clients or devices closer in speed",
+                        ", ".join(self.scaling.below_floor), 100 * FLOOR_FRACTION)
+        return list(self.scaling.profiles)
+
+    def dashboard(self, address: str, logs: Path) -> tuple[str, str]:
+        """The cloud serves its live view on its own namespace's loopback; a proxy in that
+        namespace (:mod:`fedcure_app.testbed.proxy`) holds the host's listening socket."""
+        import socket
+
+        from fedcure_app.cli.launch import dashboard_address
+        from fedcure_app.live.server import parse_address
+        from fedcure_app.processes import Child
+        from fedcure_app.testbed.netns import in_netns
+
+        shown = dashboard_address(address)
+        host, port = parse_address(shown)
+        listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+        try:
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind((host, port))
+            listener.listen(64)
+            inside = f"127.0.0.1:{port}"  # the cloud's namespace holds nothing else but its port
+            fd = listener.fileno()
+            self.proxy = Child("dashboard-proxy", in_netns(self.plan.cloud.netns, [
+                sys.executable, "-m", "fedcure_app.testbed.proxy", str(fd), inside]),
+                log_path=logs / "dashboard-proxy.log", pass_fds=(fd,))
+        finally:
+            listener.close()
+        return inside, shown
 
     def _node(self, role: str) -> Any:
         return next(n for n in self.plan.nodes() if n.role == role)
@@ -226,19 +343,30 @@ class NamespaceSite(Site):
         return _NetnsStatus(self.plan.cloud.netns, address,
                             Path(self.args.out).resolve() / "logs" / "monitor.log")
 
+    def summary_rows(self) -> list[tuple[str, str]]:
+        sc = self.scaling
+        if sc is None:
+            return []
+        return [("device speeds", scaling_text(sc, self.host_sps or 0.0, os.cpu_count() or 1))]
+
     def teardown(self) -> None:
         from fedcure_app.devices.cgroup import remove_cgroups
         from fedcure_app.testbed import netns
 
+        if self.proxy is not None:
+            self.proxy.stop(3.0)
         if self.created:
             netns.destroy(self.prefix)
             remove_cgroups(f"{self.prefix}-")
 
     def record(self) -> dict[str, Any]:
-        plan = self.plan
+        plan, sc = self.plan, self.scaling
         return {
             "prefix": self.prefix, "host_samples_per_s": self.host_sps,
             "cpufreq": self.args.cpufreq,
+            "scaling": None if sc is None else {
+                "factor": sc.factor, "client_cores": list(sc.cores),
+                "total_cores": sc.total_cores, "below_floor": list(sc.below_floor)},
             "nodes": [] if plan is None else [
                 {"role": n.role, "netns": n.netns, "address": n.address,
                  "up_mbps": n.up_mbps, "down_mbps": n.down_mbps,
@@ -246,6 +374,18 @@ class NamespaceSite(Site):
                     if n.role.startswith("client") else {})}
                 for n in plan.nodes()],
         }
+
+
+def scaling_text(sc: Any, host_sps: float, host_cores: int) -> str:
+    """One line on how the profiles were scaled: the factor, each device's share of a host
+    core at f_max, the total against the host's cores."""
+    shares: dict[str, float] = {}
+    for p, c in zip(sc.profiles, sc.cores):
+        shares.setdefault(p.name, c)
+    each = ", ".join(f"{n} {c:.2f}" for n, c in sorted(shares.items(), key=lambda kv: kv[1]))
+    how = "as profiled" if sc.factor == 1.0 else f"profiles × {sc.factor:.3g}"
+    return (f"{how}: host cores at f_max {each}; {sc.total_cores:.2f} of {host_cores} "
+            f"together (host {host_sps:.0f} samples/s on one core)")
 
 
 def warn_oversubscribed(profiles: list[Any], model: str, host_sps: float,
@@ -268,7 +408,7 @@ def warn_oversubscribed(profiles: list[Any], model: str, host_sps: float,
 
 def check_testbed_inputs(args: argparse.Namespace) -> None:
     """The testbed's own options (raises :class:`UsageError`), before anything is made."""
-    from fedcure_app.devices import PRESETS, ProfileError, load_profiles
+    from fedcure_app.devices import ProfileError, load_profiles
     from fedcure_app.testbed.plan import run_prefix
 
     try:
@@ -277,17 +417,27 @@ def check_testbed_inputs(args: argparse.Namespace) -> None:
         raise UsageError(f"--prefix: {err}") from None
     if not (0 <= args.host_samples_per_s < float("inf")):
         raise UsageError("--host-samples-per-s must be a finite number >= 0 (0: measure)")
+    client_cores_option(args.client_cores)
     if args.profiles:
         try:
             load_profiles(args.profiles)
         except ProfileError as err:
             raise UsageError(f"--profiles: {err}") from None
     else:
-        mix = [m.strip() for m in args.mix.split(",")]
-        unknown = [m for m in mix if m not in PRESETS]
-        if unknown or not mix:
-            raise UsageError(f"--mix: unknown preset(s) {', '.join(map(repr, unknown))}; "
-                             f"choose from {', '.join(PRESETS)}")
+        parse_mix(args.mix)
+
+
+def apply_testbed_defaults(args: argparse.Namespace) -> None:
+    """Fill in :data:`TESTBED_DEFAULTS` for the options neither given nor set by ``--config``."""
+    from fedcure_app.cli.errors import load_file
+
+    given = load_file(args.config) if args.config else None
+    for dest, (section, key, value) in TESTBED_DEFAULTS.items():
+        if getattr(args, dest) is not None:
+            continue
+        if given is not None and key in getattr(given, section).model_fields_set:
+            continue
+        setattr(args, dest, value)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -296,6 +446,7 @@ def run(args: argparse.Namespace) -> int:
     from fedcure_app.testbed import netns
 
     check_testbed_inputs(args)
+    apply_testbed_defaults(args)
     launch.check_inputs(args, launch.config_from_args(args))  # the user's mistakes first
     problem = netns.kernel_problem(f"{args.prefix}{os.getpid()}")
     if problem is None and args.cpufreq == "cgroup":
@@ -306,9 +457,9 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         print(f"fedcure testbed: error: {problem}", file=sys.stderr)
         return 2
-    netns.clean_leftovers(args.prefix)
     return launch.run(args, NamespaceSite(args))
 
 
-__all__ = ["DEFAULT_MIX", "NamespaceSite", "client_profiles", "host_samples_per_s", "register",
-           "run", "warn_oversubscribed"]
+__all__ = ["DEFAULT_MIX", "NamespaceSite", "TESTBED_DEFAULTS", "apply_testbed_defaults",
+           "client_cores_option", "client_profiles", "host_samples_per_s", "parse_mix",
+           "register", "run", "scaling_text", "warn_oversubscribed"]

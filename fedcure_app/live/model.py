@@ -90,7 +90,8 @@ class StrategyView:
     ``t_hat_s`` (T̂_m, the whole task, seconds), ``rounds`` (global rounds it contributed),
     ``unavailable``; ``in_flight``: coalition → (global round it was sent in, client ids);
     per client id: ``directive_ghz`` (latest frequency directive) and ``applied_ghz`` (latest
-    frequency it reported applying; absent when none reported).
+    frequency it reported applying; absent when none reported); ``devices``: each client id's
+    device type (its profile's name; empty when the driver does not know them).
     """
 
     version: int = 0
@@ -108,14 +109,16 @@ class StrategyView:
     applied_ghz: Mapping[int, float] = field(default_factory=dict)
     history: tuple[RoundPoint, ...] = ()
     initial_accuracy: float | None = None
+    devices: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, strategy: Any, records: Sequence[Mapping[str, Any]], tau_e: int,
-           prev: "StrategyView | None" = None, initial_accuracy: float | None = None
-           ) -> "StrategyView":
+           prev: "StrategyView | None" = None, initial_accuracy: float | None = None,
+           devices: Sequence[str] | None = None) -> "StrategyView":
         """The view of ``strategy`` (a :class:`~fedcure_app.strategy.FedCureStrategy`) and its
         per-round ``records`` now. ``prev``: the last view, whose history is extended rather
-        than rebuilt (its last point is rebuilt: an evaluation may have filled its accuracy)."""
+        than rebuilt (its last point is rebuilt: an evaluation may have filled its accuracy);
+        ``devices``: each client id's device type (default: ``prev``'s)."""
         n = len(records)
         keep = 0
         if prev is not None and 0 < len(prev.history) <= n:
@@ -143,7 +146,9 @@ class StrategyView:
             rounds=tuple(int(x) for x in _arrivals(history, len(strategy.coalitions))),
             unavailable=frozenset(int(m) for m in strategy.unavailable),
             in_flight=in_flight, directive_ghz=directive, applied_ghz=applied,
-            history=history, initial_accuracy=_num(initial_accuracy))
+            history=history, initial_accuracy=_num(initial_accuracy),
+            devices=tuple(str(d) for d in devices) if devices is not None
+            else (prev.devices if prev is not None else ()))
 
 
 def _arrivals(history: Sequence[RoundPoint], m: int) -> list[int]:
@@ -242,11 +247,13 @@ class LiveState:
         return rows
 
     def client_rows(self) -> list[dict[str, Any]]:
-        """Per client id: its coalition, latest frequency directive and applied frequency."""
+        """Per client id: its coalition, device type (None when unknown), latest frequency
+        directive and applied frequency."""
         v = self.view
         where = {c: m for m, members in enumerate(v.members) for c in members}
         ids = sorted(set(where) | set(v.directive_ghz))
         return [{"client": c, "coalition": where.get(c),
+                 "device": v.devices[c] if 0 <= c < len(v.devices) else None,
                  "directive_ghz": _num(v.directive_ghz.get(c)),
                  "applied_ghz": _num(v.applied_ghz.get(c))} for c in ids]
 

@@ -21,7 +21,10 @@ class SimulationFeed:
     """The live state of one simulation (call the feed for the current :class:`LiveState`)."""
 
     def __init__(self, cfg: FedCureConfig) -> None:
+        from fedcure_app.federation import profiles_for
+
         self.cfg = cfg
+        self.devices = [p.name for p in profiles_for(cfg)]
         self._state = LiveState(
             source="simulation", clock="simulated", phase="registering",
             global_rounds=cfg.run.global_rounds, clients_registered=0,
@@ -38,7 +41,7 @@ class SimulationFeed:
         prev = self._state
         view = StrategyView.of(strategy, records, self.cfg.method.tau_e, prev.view,
                                initial_accuracy if initial_accuracy is not None
-                               else prev.view.initial_accuracy)
+                               else prev.view.initial_accuracy, devices=self.devices)
         n = self.cfg.federation.num_clients
         self._state = prev.with_(
             phase="training", clients_registered=n, edges_connected=prev.num_edges,

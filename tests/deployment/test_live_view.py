@@ -77,6 +77,8 @@ def test_the_page_and_its_state_match_monitor_status(running):
     for c, f in tasks[0].frequencies_ghz.items():
         assert freq[c]["directive_ghz"] == pytest.approx(f)
         assert freq[c]["applied_ghz"] == pytest.approx(f)
+    # and its device type, as it registered (the fakes register as rpi4)
+    assert {c["device"] for c in s["clients"]} == {"rpi4"} and len(s["clients"]) == 6
     # nothing the page gets names a client or an address
     text = json.dumps(s)
     assert "client-" not in text and "127.0.0.1" not in text

@@ -9,6 +9,7 @@ import urllib.request
 import pytest
 
 from fedcure_app.cli import main
+from fedcure_app.federation import profiles_for
 from fedcure_app.live.server import LiveServer
 from fedcure_app.live.simulation import SimulationFeed
 from fedcure_app.simulation.engine import simulate
@@ -36,6 +37,9 @@ def test_the_live_view_follows_the_engine_round_by_round(digits):  # noqa: F811
         assert state["elapsed_s"] == pytest.approx(now, abs=1e-3)
         assert {c["coalition"] for c in state["coalitions"] if c["state"] == "training"} == set(
             strategy.in_flight)
+        # each client's device type: the profile the engine simulates it with
+        assert [c["device"] for c in state["clients"]] == [
+            p.name for p in profiles_for(cfg)][:len(state["clients"])]
         if records:
             fields = state["round_fields"]
             last = dict(zip(fields, state["history"][-1]))

@@ -46,17 +46,64 @@ def _testbed(out: Path, base: str, *extra: str) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
 
 
+def _watch_live_view(proc: subprocess.Popen, lines: list[str], seen: dict) -> None:
+    """Read the testbed's output; once it prints the live view's address, read the page and
+    its state from this host while the run goes on, until the clients show their devices."""
+    import urllib.request
+
+    for line in proc.stdout:
+        lines.append(line)
+        if "live view: http://" in line and "url" not in seen:
+            seen["url"] = line.split("live view: ", 1)[1].split(";")[0].strip()
+            end = time.monotonic() + 240
+            while time.monotonic() < end and proc.poll() is None:
+                try:
+                    with urllib.request.urlopen(seen["url"], timeout=5) as r:
+                        seen["page"] = r.read().decode()
+                    with urllib.request.urlopen(seen["url"] + "api/state", timeout=5) as r:
+                        state = json.loads(r.read())
+                    seen["metrics"] = urllib.request.urlopen(seen["url"] + "metrics",
+                                                             timeout=5).read().decode()
+                except OSError:
+                    time.sleep(0.5)
+                    continue
+                if state["clients"] and all(c["device"] for c in state["clients"]):
+                    seen["state"] = state
+                    break
+                time.sleep(0.5)
+
+
 def test_a_short_testbed_runs_with_real_quotas_and_leaves_nothing(tmp_path):
+    """Also: its live view answers on the address it prints, from this host, while it runs,
+    and shows each client's device."""
     require_netns()
     require_cgroup()
     out = tmp_path / "run"
-    proc = _testbed(out, "tbrun", "--rounds", "3", "--timeout", "400")
-    text, _ = proc.communicate(timeout=500)
+    proc = _testbed(out, "tbrun", "--rounds", "3", "--timeout", "400", "--mix", "rpi4,rpi5")
+    lines: list[str] = []
+    seen: dict = {}
+    try:
+        _watch_live_view(proc, lines, seen)
+        proc.wait(timeout=500)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = "".join(lines)
     assert proc.returncode == 0, text[-3000:]
     result = json.loads((out / "result.json").read_text())
     assert result["complete"] and result["rounds"] == 3
     profiles = json.loads((out / "profiles.json").read_text())
-    assert len(profiles) == 4 and {p["name"] for p in profiles} == {"rpi4", "jetson-nano"}
+    assert [p["name"] for p in profiles] == ["rpi4", "rpi5"] * 2  # dealt by client id
+    assert seen.get("url", "").startswith("http://127.0.0.1:"), text[-3000:]
+    assert "static/app.js" in seen.get("page", ""), seen
+    assert "fedcure_global_version" in seen.get("metrics", "")
+    assert [c["device"] for c in seen["state"]["clients"]] == [p["name"] for p in profiles]
+    # every warning it printed is in result.json too
+    details = [w["detail"] for w in result["warnings"]]
+    for line in lines:
+        if line.startswith("WARNING "):
+            assert " ".join(line.split(": ", 1)[1].split()) in details, (line, details)
     record = json.loads((out / "testbed.json").read_text())
     assert record["host_samples_per_s"] > 0
     assert all(code == 0 for code in record["exit_codes"].values()), record["exit_codes"]

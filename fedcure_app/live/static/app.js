@@ -182,6 +182,7 @@
       tr.dataset.client = c.client;
       cell(tr, c.client);
       cell(tr, c.coalition === null ? "-" : c.coalition);
+      cell(tr, c.device || "-");
       cell(tr, fmt(c.directive_ghz, 2), "num");
       cell(tr, fmt(c.applied_ghz, 2), "num");
       const td = cell(tr, "");
