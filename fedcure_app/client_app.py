@@ -52,7 +52,6 @@ from fedcure_app.app_config import (
     config_from_run_config,
 )
 from fedcure_app.config import FedCureConfig
-from fedcure_app.federation import partition_for, profiles_for
 from fedcure_app.devices import DEFAULT_CPU_ROOT, FrequencyActuator, make_actuator
 from fedcure_app.models import build_model, get_weights, set_weights, weight_shapes
 from fedcure_app.packing import is_packed, pack, unpack
@@ -141,6 +140,7 @@ def client_state(cfg: FedCureConfig) -> _ClientState:
         state = _states.get(key)
         if state is None:
             from fedcure_app.data import load_dataset
+            from fedcure_app.federation import partition_for, profiles_for
 
             dataset = load_dataset(cfg.data.dataset, cfg.data.data_dir)
             part = partition_for(cfg, dataset)
