@@ -442,6 +442,9 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
                  warm.device, f", GPU clock: {args.gpufreq_in_use}"
                  if args.device_in_use == "cuda" else "")
         data_file = save_node_data(work / "node-data.npz", data)
+        from fedcure_app.processes import release_memory
+
+        release_memory()  # the dataset this client's partition was cut from is gone
         for stale in (work / "node-data.npz.applied.jsonl", work / RUNTIME_ADDRESS_FILE,
                       work / SUPERNODE_ARGV_FILE):
             stale.unlink(missing_ok=True)
