@@ -89,6 +89,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cpufreq-root", metavar="DIR",
                    help="the CPU sysfs folder holding cpuN/cpufreq/ that --cpufreq sysfs writes "
                         "and --probe reads (default the kernel's, /sys/devices/system/cpu)")
+    p.add_argument("--device", choices=["cpu", "cuda", "auto"],
+                   default=os.environ.get("FEDCURE_DEVICE") or "cpu",
+                   help="where the trainer trains and evaluates (default cpu, or "
+                        "$FEDCURE_DEVICE); cuda: the GPU torch sees (exit 2 without one); auto: "
+                        "cuda when torch sees a GPU, else cpu")
+    p.add_argument("--gpufreq", choices=["devfreq", "off", "preset"],
+                   default=os.environ.get("FEDCURE_GPUFREQ") or "preset",
+                   help="with --device cuda, how the frequency directive reaches the GPU clock: "
+                        "devfreq pins the GPU devfreq device's min_freq/max_freq (needs write "
+                        "access), off leaves it; preset (default): devfreq when the client's "
+                        "device profile is a Jetson, else off")
+    p.add_argument("--gpufreq-root", metavar="DIR",
+                   help="the devfreq folder --gpufreq devfreq writes (default /sys/class/devfreq)")
     p.add_argument("--token", default=os.environ.get("FEDCURE_TOKEN", ""),
                    help="the cloud's shared secret (default $FEDCURE_TOKEN)")
     sec = p.add_argument_group("transport security (see `fedcure certs`)")
@@ -234,6 +247,11 @@ def supernode_argv(edge_address: str, port: int, client_id: int, cpufreq: str,
     if cpufreq == "cgroup":
         node_config += (f' host-samples-per-s={float(getattr(args, "host_samples_per_s", 0.0))}'
                         f' cgroup-prefix="{getattr(args, "cgroup_prefix", "fedcure")}"')
+    device = getattr(args, "device_in_use", "cpu")
+    if device != "cpu":
+        node_config += f' device="{device}" gpufreq="{getattr(args, "gpufreq_in_use", "off")}"'
+        if getattr(args, "gpufreq_root", None):
+            node_config += f' gpufreq-root="{Path(args.gpufreq_root).resolve()}"'
     if getattr(args, "runtime", "flower") == "warm":
         argv = [sys.executable, "-m", "client.supernode", "--superlink", edge_address,
                 "--port", str(port), "--node-config", node_config, "--isolation", "process",
@@ -333,6 +351,41 @@ def publish_runtime_port(work: Path, port: int) -> None:
     tmp.replace(work / RUNTIME_ADDRESS_FILE)
 
 
+#: exit code of the CUDA check's child when torch sees no GPU
+_NO_CUDA = 3
+
+
+def device_in_use(device: str) -> str:
+    """``cpu`` or ``cuda`` for ``--device`` (``auto``: cuda when torch sees a GPU). The check
+    runs torch in a short-lived child, so this role process never loads torch (~150 MB);
+    ``cuda`` without a GPU raises :class:`UsageError` (one line)."""
+    if device == "cpu":
+        return "cpu"
+    import subprocess
+
+    probe = ("import sys, torch\n"
+             "ok = torch.cuda.is_available()\n"
+             "print('no GPU visible' if torch.version.cuda else 'a CPU-only torch build', "
+             "torch.__version__)\n"
+             f"sys.exit(0 if ok else {_NO_CUDA})\n")
+    res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         timeout=300)
+    if res.returncode == 0:
+        return "cuda"
+    if device == "auto":
+        return "cpu"
+    why = (res.stdout.strip() or res.stderr.strip().splitlines()[-1:] or ["torch failed"])
+    why = why if isinstance(why, str) else why[0]
+    raise UsageError(f"--device cuda: CUDA is not available ({why}); use --device cpu or auto")
+
+
+def gpufreq_in_use(gpufreq: str, profile_name: str) -> str:
+    """``devfreq`` or ``off`` for ``--gpufreq`` (``preset``: devfreq on a Jetson profile)."""
+    if gpufreq == "preset":
+        return "devfreq" if profile_name.lower().startswith("jetson") else "off"
+    return gpufreq
+
+
 def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
     from fedcure_app.node_data import read_applied, save_node_data
     from fedcure_app.processes import Child, flower_env, free_port, split_address
@@ -357,7 +410,9 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
     name = args.name or f"{socket.gethostname()}-{os.getpid()}"
     from fedcure_app.config import WarmClientConfig
 
-    warm = WarmClientConfig.from_env(dict(os.environ), runtime=args.runtime)
+    warm = WarmClientConfig.from_env(dict(os.environ), runtime=args.runtime,
+                                     device=args.device, gpufreq=args.gpufreq)
+    args.device_in_use = device_in_use(warm.device)
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="fedcure-client-")).resolve()
     work.mkdir(parents=True, exist_ok=True)
     if warm.runtime == "warm":
@@ -382,11 +437,19 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
                  "initial edge %d, device %s)", name, index, reply.num_partitions,
                  cfg.data.dataset, len(data.y), data.label_counts.tolist(), home,
                  data.profile.name)
+        args.gpufreq_in_use = gpufreq_in_use(warm.gpufreq, data.profile.name)
+        log.info("client %r trains on %s (--device %s%s)", name, args.device_in_use,
+                 warm.device, f", GPU clock: {args.gpufreq_in_use}"
+                 if args.device_in_use == "cuda" else "")
         data_file = save_node_data(work / "node-data.npz", data)
+        from fedcure_app.processes import release_memory
+
+        release_memory()  # the dataset this client's partition was cut from is gone
         for stale in (work / "node-data.npz.applied.jsonl", work / RUNTIME_ADDRESS_FILE,
                       work / SUPERNODE_ARGV_FILE):
             stale.unlink(missing_ok=True)
-        env = flower_env(work / "flwr-home", warm.to_env())
+        env = flower_env(work / "flwr-home", {**warm.to_env(),
+                                                "FEDCURE_DEVICE": args.device_in_use})
         if warm.runtime == "warm":
             from client.wake import WAKE_ENV, make_fifo
 
@@ -413,7 +476,8 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
         (work / "registration.json").write_text(json.dumps({
             "name": name, "partition_id": index, "client_id": reg.client_id,
             "edge_id": reg.edge_id, "edge_address": reg.edge_address, "home_edge": home,
-            "label_counts": data.label_counts.tolist()}))
+            "label_counts": data.label_counts.tolist(), "device": args.device_in_use,
+            "gpufreq": args.gpufreq_in_use if args.device_in_use == "cuda" else "off"}))
         port = free_port()
         if executor is not None:
             publish_runtime_port(work, port)

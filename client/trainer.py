@@ -43,6 +43,9 @@ def serve(conn: Connection, data_file: str | None = None) -> int:
         except Exception as err:  # noqa: BLE001 - the first message loads it (and says why)
             log.warning("could not preload %s (the first message will load it): %s",
                         data_file, err)
+    from fedcure_app.processes import release_memory
+
+    release_memory()  # what loading and the warm-up needed once
     conn.send(("ready", os.getpid()))
     while True:
         try:

@@ -52,7 +52,6 @@ from fedcure_app.app_config import (
     config_from_run_config,
 )
 from fedcure_app.config import FedCureConfig
-from fedcure_app.federation import partition_for, profiles_for
 from fedcure_app.devices import DEFAULT_CPU_ROOT, FrequencyActuator, make_actuator
 from fedcure_app.models import build_model, get_weights, set_weights, weight_shapes
 from fedcure_app.packing import is_packed, pack, unpack
@@ -141,6 +140,7 @@ def client_state(cfg: FedCureConfig) -> _ClientState:
         state = _states.get(key)
         if state is None:
             from fedcure_app.data import load_dataset
+            from fedcure_app.federation import partition_for, profiles_for
 
             dataset = load_dataset(cfg.data.dataset, cfg.data.data_dir)
             part = partition_for(cfg, dataset)
@@ -193,6 +193,26 @@ class _DeployedState:
     y: torch.Tensor
     model: torch.nn.Module
     actuators: dict[str, FrequencyActuator] = field(default_factory=dict)
+    #: the GPU-clock actuator per (kind, root); None where there is none (off, or no devfreq)
+    gpu_actuators: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def device(self) -> str:
+        """Where this client trains: ``cpu`` or ``cuda``."""
+        return self.x.device.type
+
+    def gpu_actuator(self, kind: str, root: str) -> Any:
+        """The :class:`~fedcure_app.devices.devfreq.SysfsDevfreq` for ``--gpufreq kind`` on a
+        CUDA client, or None (cpu, off, or no writable devfreq tree: one warning line)."""
+        key = f"{kind}:{root}"
+        if key not in self.gpu_actuators:
+            from fedcure_app.devices.devfreq import make_gpu_actuator
+
+            prof = self.data.profile
+            self.gpu_actuators[key] = (make_gpu_actuator(kind, prof.f_min_ghz, prof.f_max_ghz,
+                                                         root)
+                                       if self.device == "cuda" else None)
+        return self.gpu_actuators[key]
 
     def actuator(self, kind: str, root: str = DEFAULT_CPU_ROOT,
                  node_config: dict[str, Any] | None = None,
@@ -236,23 +256,40 @@ _preloaded: dict[str, tuple[Any, torch.Tensor, torch.Tensor, torch.nn.Module]] =
 _last_load_s = 0.0
 
 
-def _load_parts(path: str) -> tuple[Any, torch.Tensor, torch.Tensor, torch.nn.Module]:
+def _load_parts(path: str, device: str = "cpu"
+                ) -> tuple[Any, torch.Tensor, torch.Tensor, torch.nn.Module]:
+    """Node data file ``path``: (data, x, y, model), the tensors and the model on ``device``."""
     from fedcure_app.node_data import load_node_data
+    from fedcure_app.training import resolve_device
 
     data = load_node_data(path)
-    return (data, torch.from_numpy(data.x), torch.from_numpy(data.y),
-            build_model(data.dataset, data.num_classes))
+    dev = resolve_device(device)
+    return (data, torch.from_numpy(data.x).to(dev), torch.from_numpy(data.y).to(dev),
+            build_model(data.dataset, data.num_classes).to(dev))
 
 
-def preload(path: str, warm_steps: int = 2, batch_size: int = 32) -> float:
+def _on(parts: tuple[Any, torch.Tensor, torch.Tensor, torch.nn.Module], device: str
+        ) -> tuple[Any, torch.Tensor, torch.Tensor, torch.nn.Module]:
+    """Preloaded ``parts`` moved to ``device`` where they are elsewhere."""
+    from fedcure_app.training import resolve_device
+
+    dev = resolve_device(device)
+    data, x, y, model = parts
+    if x.device.type == dev.type:
+        return parts
+    return data, x.to(dev), y.to(dev), model.to(dev)
+
+
+def preload(path: str, warm_steps: int = 2, batch_size: int = 32,
+            device: str | None = None) -> float:
     """Load node data file ``path`` and its model before any message arrives, and run
     ``warm_steps`` throw-away SGD steps (torch's first backward pass, the optimiser and the
     packing code pay their one-off costs here, not in the first task). Returns the seconds it
     took. The model's weights are overwritten by every train message, so the warm-up changes
-    no result."""
+    no result. ``device``: cpu or cuda (default ``$FEDCURE_DEVICE``, else cpu)."""
     t0 = time.perf_counter()
     apply_thread_policy(where="ClientApp")
-    data, x, y, model = _load_parts(str(path))
+    data, x, y, model = _load_parts(str(path), device or os.environ.get("FEDCURE_DEVICE", "cpu"))
     if warm_steps > 0 and len(y):
         weights = get_weights(model)
         shapes = weight_shapes(model)
@@ -281,9 +318,10 @@ def deployed_state(context: Context) -> _DeployedState | None:
         _last_load_s = 0.0
         if state is None:
             parts = _preloaded.pop(str(path), None)
-            if parts is None:  # not preloaded: this message pays the load
-                t0 = time.perf_counter()
-                parts = _load_parts(str(path))
+            device = str(context.node_config.get("device", "cpu"))
+            t0 = time.perf_counter()
+            if parts is None or parts[1].device.type != device:  # this message pays the load
+                parts = _load_parts(str(path), device) if parts is None else _on(parts, device)
                 _last_load_s = time.perf_counter() - t0
             data, x, y, model = parts
             state = _DeployedState(path=str(path), client=client, data=data, x=x, y=y,
@@ -336,6 +374,15 @@ def train(msg: Message, context: Context) -> Message:
     f_req = float(conf.get("freq-ghz", 0.0))
     # no directive (0): run flat out
     f_applied = float(actuator.apply(f_req if f_req > 0 else f_max))
+    gpu_hz = 0
+    if deployed is not None and deployed.device == "cuda":
+        from fedcure_app.devices.devfreq import DEFAULT_DEVFREQ_ROOT
+
+        gpu = deployed.gpu_actuator(str(context.node_config.get("gpufreq", "off")),
+                                    str(context.node_config.get("gpufreq-root",
+                                                                DEFAULT_DEVFREQ_ROOT)))
+        if gpu is not None:
+            gpu_hz = int(gpu.apply(f_req if f_req > 0 else f_max))
     sent = msg.content["arrays"].to_numpy_ndarrays()
     shapes = weight_shapes(model)
     set_weights(model, unpack(sent, shapes))
@@ -366,6 +413,7 @@ def train(msg: Message, context: Context) -> Message:
             "client": client, "task": str(conf.get("task-id", "")),
             "edge_round": int(conf.get("edge-round", 0)), "directive_ghz": f_req,
             "applied_ghz": f_applied, "cpufreq": kind, "measured_s": float(res.seconds),
+            "device": deployed.device, "gpu_applied_hz": gpu_hz,
             "seconds": seconds,
             # ClientApp start to reply: process start (flwr-clientapp) or task pick-up (warm)
             "app_started_at": task_started_at if task_started_at is not None

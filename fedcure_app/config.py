@@ -217,6 +217,13 @@ class WarmClientConfig(_Section):
     trainer_restarts: int = Field(
         20, ge=0, le=10_000, description="trainer (and executor) restarts before the client "
         "gives up")
+    device: Literal["cpu", "cuda", "auto"] = Field(
+        "cpu", description="where the trainer trains and evaluates: cpu, cuda, or auto (CUDA "
+        "when torch sees a GPU, else the CPU)")
+    gpufreq: Literal["devfreq", "off", "preset"] = Field(
+        "preset", description="how a CUDA client applies the frequency directive to its GPU "
+        "clock: devfreq (min_freq/max_freq of the GPU's devfreq device), off, or preset "
+        "(devfreq when the client's device profile is a Jetson, else off)")
 
     @model_validator(mode="after")
     def _ordered(self) -> "WarmClientConfig":
@@ -236,6 +243,8 @@ class WarmClientConfig(_Section):
         "FEDCURE_EXECUTOR_POLL_MIN_S": "executor_poll_min_s",
         "FEDCURE_EXECUTOR_POLL_MAX_S": "executor_poll_max_s",
         "FEDCURE_TRAINER_RESTARTS": "trainer_restarts",
+        "FEDCURE_DEVICE": "device",
+        "FEDCURE_GPUFREQ": "gpufreq",
     }
 
     def to_env(self) -> dict[str, str]:

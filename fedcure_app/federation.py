@@ -9,14 +9,17 @@ from them.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from fedcure_app.config import ConfigError, FedCureConfig
-from fedcure_app.core.coalition import FormationResult, cluster_coalitions, form_coalitions
-from fedcure_app.devices import PopulationArrays
-from fedcure_app.strategy import FedCureStrategy
+
+if TYPE_CHECKING:  # imported where used: a client needs only partition_for and profiles_for,
+    # and the coalition game and the strategy pull in scipy (tens of MB in every client role)
+    from fedcure_app.core.coalition import FormationResult
+    from fedcure_app.devices import PopulationArrays
+    from fedcure_app.strategy import FedCureStrategy
 
 
 def form(cfg: FedCureConfig, counts: np.ndarray, initial: np.ndarray
@@ -27,6 +30,8 @@ def form(cfg: FedCureConfig, counts: np.ndarray, initial: np.ndarray
     ``counts`` (clients × classes); ``fedcure``/``selfish``/``pareto`` run the coalition game
     from ``initial`` and also return its :class:`FormationResult` (moves, stability).
     """
+    from fedcure_app.core.coalition import cluster_coalitions, form_coalitions
+
     rule = cfg.method.formation
     m = cfg.federation.num_edges
     if rule == "none":
@@ -132,6 +137,8 @@ def build_strategy(cfg: FedCureConfig, coalitions: list[list[int]], client_sampl
         raise ConfigError(
             f"{', '.join(simulation_only_knobs(cfg))}: simulation only (a deployed task carries "
             "τ_c mini-batch steps, lr and batch size; plain SGD); leave at the default")
+    from fedcure_app.strategy import FedCureStrategy
+
     return FedCureStrategy(
         cfg.method,
         coalitions,

@@ -147,6 +147,41 @@ def _check_pair(x: torch.Tensor, y: torch.Tensor) -> int:
     return n
 
 
+class _PlainSGD:
+    """Plain SGD (no momentum, no weight decay): p ← p − lr·∇p, then the gradients dropped;
+    the very update ``torch.optim.SGD`` makes, bit for bit, without importing ``torch.optim``,
+    whose first use loads torch's compiler stack (sympy, mpmath, ...: about 70 MB in every
+    trainer process)."""
+
+    def __init__(self, params: list[torch.Tensor], lr: float) -> None:
+        self.params = [p for p in params if p.requires_grad]
+        self.lr = float(lr)
+        for p in self.params:  # as zero_grad(set_to_none=True) before the first step
+            p.grad = None
+
+    def __call__(self) -> None:
+        with torch.no_grad():
+            for p in self.params:
+                if p.grad is not None:
+                    p.add_(p.grad, alpha=-self.lr)
+                    p.grad = None
+
+
+def _sgd(model: nn.Module, lr: float, momentum: float):
+    """One optimiser step as a callable that also clears the gradients: :class:`_PlainSGD`
+    without momentum, ``torch.optim.SGD`` with it."""
+    if momentum == 0:
+        return _PlainSGD(list(model.parameters()), lr)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+    optimizer.zero_grad(set_to_none=True)
+
+    def step() -> None:
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
 def train_local(
     model: nn.Module,
     x: ArrayLike,
@@ -192,7 +227,7 @@ def train_local(
 
     gen = torch.Generator(device="cpu")
     gen.manual_seed(int(seed))
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+    step = _sgd(model, lr, momentum)
     model.train()
 
     total_loss = 0.0
@@ -208,10 +243,9 @@ def train_local(
         batch_in_epoch += 1
         xb = xt.index_select(0, idx)
         yb = yt.index_select(0, idx)
-        optimizer.zero_grad(set_to_none=True)
         loss = F.cross_entropy(model(xb), yb)
         loss.backward()
-        optimizer.step()
+        step()
         total_loss += loss.item()
         samples += idx.shape[0]
     seconds = time.perf_counter() - t0

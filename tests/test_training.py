@@ -241,3 +241,35 @@ def test_resolve_device_cpu_auto_and_a_missing_gpu() -> None:
             training.resolve_device("cuda")
     with pytest.raises(ValueError, match="device must be one of"):
         training.resolve_device("tpu")
+
+
+def test_plain_sgd_matches_torch_optim_sgd_bit_for_bit():
+    """train_local's own SGD step (no torch.optim import) makes exactly torch.optim.SGD's
+    update, also from a model that carries stale gradients."""
+    import torch.nn.functional as F
+
+    from fedcure_app.models import build_model
+    from fedcure_app.training import train_local
+
+    gen = torch.Generator().manual_seed(3)
+    x = torch.rand(70, 1, 8, 8, generator=gen)
+    y = torch.randint(0, 10, (70,), generator=gen)
+    torch.manual_seed(0)
+    ours = build_model("digits", 10)
+    ref = build_model("digits", 10)
+    ref.load_state_dict(ours.state_dict())
+    for p in ours.parameters():
+        p.grad = torch.ones_like(p)  # stale: must not leak into the first step
+    train_local(ours, x, y, steps=7, lr=0.05, batch_size=16, seed=4)
+    opt = torch.optim.SGD(ref.parameters(), lr=0.05)
+    g = torch.Generator(device="cpu").manual_seed(4)
+    for i in range(7):  # 5 batches per epoch, a fresh permutation for each epoch
+        if i % 5 == 0:
+            perm = torch.randperm(70, generator=g)
+        b = i % 5
+        idx = perm[b * 16:(b + 1) * 16]
+        opt.zero_grad(set_to_none=True)
+        F.cross_entropy(ref(x[idx]), y[idx]).backward()
+        opt.step()
+    for a, b in zip(ours.state_dict().values(), ref.state_dict().values()):
+        assert torch.equal(a, b)

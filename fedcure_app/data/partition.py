@@ -25,7 +25,6 @@ from typing import Any
 
 import numpy as np
 
-from fedcure_app.core.divergence import average_pairwise_jsd, coalition_label_counts
 from fedcure_app.core.layout import block_assignment, edge_noniid_layout
 
 SCHEMES: tuple[str, ...] = ("edge-noniid", "dirichlet", "iid", "shards")
@@ -65,11 +64,15 @@ class Partition:
     def edge_label_counts(self, assignment: np.ndarray | None = None) -> np.ndarray:
         """(num_edges, num_classes) label counts per ES under ``assignment`` (default: initial)."""
         a = self.initial_assignment if assignment is None else assignment
+        from fedcure_app.core.divergence import coalition_label_counts  # scipy: not in clients
+
         return coalition_label_counts(self.label_counts, a, self.num_edges).astype(np.int64)
 
     @property
     def initial_jsd(self) -> float:
         """Average pairwise JSD (nats) between the initial coalitions' label distributions."""
+        from fedcure_app.core.divergence import average_pairwise_jsd
+
         return float(average_pairwise_jsd(self.edge_label_counts()))
 
     def to_dict(self, *, include_indices: bool = False) -> dict[str, Any]:

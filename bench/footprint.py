@@ -1,0 +1,229 @@
+"""Memory of one deployed client: PSS of each of its processes, idle and at peak.
+
+Runs ``fedcure launch --edges 1 --clients 2 --rounds R --dataset D`` (the cloud, one edge and
+two ``fedcure-client`` processes on 127.0.0.1, warm runtime) and samples, every ``--every``
+seconds, the proportional set size (PSS, ``Pss`` of ``/proc/<pid>/smaps_rollup``: a page shared
+by k processes counts 1/k in each) of client 0's role process and every process under it,
+classified by their command lines: ``role`` (``client.cli``), ``supernode``
+(``client.supernode``), ``executor`` (``client.executor``), ``trainer`` (``client.trainer``).
+
+- **idle**: the last sample after the client registered (``registration.json`` in its work
+  folder) and its trainer said it was ready, before its executor took its first task
+  (``executor.log``); when no sample fell in that window, the first one after registration;
+- **peak**: each process's largest sample, and the largest sum over the client's processes taken
+  at the same instant (which is what the 400 MB goal counts).
+
+    python3 bench/footprint.py [--datasets digits,mnist] [--data-dir DIR] [--rounds 12]
+        [--every 0.25] [--out DIR] [--json FILE]
+
+It prints one table per dataset (MB = 10^6 bytes) and the load average before and after; the
+goal line says whether the client's peak total stays within ``--goal-mb`` (400).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+#: process kinds, in the order the table lists them; matched against each command line
+KINDS: tuple[tuple[str, str], ...] = (
+    ("trainer", "client.trainer"),
+    ("executor", "client.executor"),
+    ("supernode", "client.supernode"),
+    ("role", "client.cli"),
+)
+
+
+def children_of() -> dict[int, list[int]]:
+    """Parent pid -> child pids, from /proc."""
+    out: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        out.setdefault(ppid, []).append(int(d))
+    return out
+
+
+def tree(pid: int, kids: dict[int, list[int]]) -> list[int]:
+    """``pid`` and every process under it."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(kids.get(p, []))
+    return out
+
+
+def cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def pss_bytes(pid: int) -> int | None:
+    """``Pss`` of ``/proc/<pid>/smaps_rollup`` in bytes (None when the process is gone)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def kind_of(cmd: str) -> str | None:
+    for kind, needle in KINDS:
+        if f"-m {needle}" in cmd or f"{needle.replace('.', '/')}.py" in cmd:
+            return kind
+    return None
+
+
+def find_client(launch_pid: int, name: str) -> int | None:
+    """The pid of ``fedcure-client --name NAME`` under the launch process."""
+    for p in tree(launch_pid, children_of()):
+        cmd = cmdline(p)
+        if "client.cli" in cmd and f"--name {name} " in cmd + " ":
+            return p
+    return None
+
+
+def sample(client_pid: int) -> dict[str, int]:
+    """PSS (bytes) per kind of the client's processes now (kinds summed when repeated)."""
+    out: dict[str, int] = {}
+    for p in tree(client_pid, children_of()):
+        kind = kind_of(cmdline(p))
+        size = pss_bytes(p)
+        if kind is None or size is None:
+            continue
+        out[kind] = out.get(kind, 0) + size
+    return out
+
+
+def measure(dataset: str, data_dir: str | None, rounds: int, every_s: float, out: Path,
+            timeout_s: float) -> dict[str, Any]:
+    """One launch; the samples of client 0 and the idle/peak figures."""
+    run_dir = out / dataset
+    cmd = [sys.executable, "-m", "fedcure_app.cli", "launch", "--edges", "1", "--clients", "2",
+           "--rounds", str(rounds), "--dataset", dataset, "--out", str(run_dir),
+           "--no-dashboard", "--no-progress", "--timeout", str(timeout_s)]
+    if data_dir:
+        cmd += ["--data-dir", data_dir]
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    work = run_dir / "work" / "client0"
+    samples: list[tuple[float, dict[str, int]]] = []
+    marks: dict[str, float] = {}
+    t0 = time.monotonic()
+    with open(out / f"launch-{dataset}.log", "w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        client = None
+        try:
+            while proc.poll() is None:
+                now = time.monotonic() - t0
+                if client is None:
+                    client = find_client(proc.pid, "client-0")
+                if client is not None:
+                    s = sample(client)
+                    if s:
+                        samples.append((now, s))
+                exe_log = work / "executor.log"
+                text = exe_log.read_text() if exe_log.is_file() else ""
+                if "registered" not in marks and (work / "registration.json").is_file():
+                    marks["registered"] = now
+                if "ready" not in marks and "ready" in text:
+                    marks["ready"] = now
+                if "first_task" not in marks and "to the trainer" in text:
+                    marks["first_task"] = now
+                time.sleep(every_s)
+        finally:
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait(60)
+    if proc.returncode != 0:
+        raise SystemExit(f"fedcure launch failed (exit {proc.returncode}); see "
+                         f"{out / f'launch-{dataset}.log'}")
+    return summarise(samples, marks) | {"dataset": dataset, "rounds": rounds,
+                                        "samples": len(samples)}
+
+
+def summarise(samples: list[tuple[float, dict[str, int]]], marks: dict[str, float]
+              ) -> dict[str, Any]:
+    """Idle (see the module docstring) and peak PSS per kind and in total (bytes)."""
+    kinds = [k for k, _ in KINDS]
+    reg = marks.get("registered")
+    ready = max(reg or 0.0, marks.get("ready", 0.0))
+    first = marks.get("first_task", float("inf"))
+    idle_s = [s for t, s in samples if reg is not None and ready <= t < first]
+    if not idle_s:
+        idle_s = [s for t, s in samples if reg is not None and t >= reg][:1]
+    idle = idle_s[-1] if idle_s else {}
+    peak = {k: max((s.get(k, 0) for _, s in samples), default=0) for k in kinds}
+    total_peak = max((sum(s.values()) for _, s in samples), default=0)
+    return {"idle": {**{k: idle.get(k, 0) for k in kinds}, "total": sum(idle.values())},
+            "peak": {**peak, "total": total_peak}, "marks": marks}
+
+
+def table(results: list[dict[str, Any]], goal_mb: float) -> str:
+    """Markdown table: one row per process kind and the total, idle and peak per dataset."""
+    head = "| process | " + " | ".join(f"{r['dataset']} idle | {r['dataset']} peak"
+                                       for r in results) + " |"
+    rule = "| --- |" + " ---: | ---: |" * len(results)
+    rows = [head, rule]
+    for kind in [k for k, _ in KINDS] + ["total"]:
+        cells = [f"{r['idle'][kind] / 1e6:.0f} | {r['peak'][kind] / 1e6:.0f}" for r in results]
+        label = "**all (same instant)**" if kind == "total" else kind
+        rows.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines = ["\n".join(rows), ""]
+    for r in results:
+        ok = r["peak"]["total"] / 1e6 <= goal_mb
+        lines.append(f"{r['dataset']}: client peak {r['peak']['total'] / 1e6:.0f} MB PSS, goal "
+                     f"<= {goal_mb:.0f} MB: {'met' if ok else 'NOT met'} "
+                     f"({r['samples']} samples)")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--datasets", default="digits,mnist")
+    p.add_argument("--data-dir", help="dataset folder (mnist needs its IDX files there)")
+    p.add_argument("--rounds", type=int, default=12)
+    p.add_argument("--every", type=float, default=0.25, help="seconds between samples")
+    p.add_argument("--goal-mb", type=float, default=400.0)
+    p.add_argument("--timeout", type=float, default=900.0, help="per launch (s)")
+    p.add_argument("--out", help="folder for the launches (default: temporary)")
+    p.add_argument("--json", help="also write the figures here")
+    args = p.parse_args(argv)
+    out = Path(args.out or tempfile.mkdtemp(prefix="fedcure-footprint-")).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    load0 = os.getloadavg()
+    results = [measure(d.strip(), args.data_dir, args.rounds, args.every, out, args.timeout)
+               for d in args.datasets.split(",") if d.strip()]
+    load1 = os.getloadavg()
+    print(table(results, args.goal_mb))
+    print(f"load average before {load0[0]:.2f} {load0[1]:.2f}, after {load1[0]:.2f} "
+          f"{load1[1]:.2f}; launches in {out}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"results": results, "load_before": load0,
+                                               "load_after": load1}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,87 @@
+"""The deployed client's footprint pins (imports only where used) and its --device/--gpufreq
+options (:mod:`client.cli`, :mod:`fedcure_app.client_app`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from fedcure_app.config import ConfigError, WarmClientConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _loaded(code: str) -> dict[str, bool]:
+    """Which heavy packages a fresh interpreter has loaded after running ``code``."""
+    probe = code + ("\nimport sys, json\nprint(json.dumps({m: m in sys.modules for m in "
+                    "('torch', 'scipy', 'sympy', 'flwr', 'sklearn')}))")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         env=env, cwd=ROOT, timeout=300, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_relay_processes_load_neither_torch_nor_scipy() -> None:
+    """The role, the SuperNode and the executor only relay: no torch, no scipy."""
+    got = _loaded("import client.cli, client.supernode, client.executor\n"
+                  "from fedcure_app.federation import partition_for, profiles_for\n"
+                  "from fedcure_app.data import load_dataset\n"
+                  "import fedcure_app.node_data, fedcure_app.protocol.codec")
+    assert not got["torch"] and not got["scipy"] and not got["sklearn"]
+
+
+def test_trainer_loads_no_scipy_and_training_loads_no_compiler_stack() -> None:
+    """The trainer's ClientApp needs torch and flwr only; a training step (plain SGD) does not
+    pull torch.optim's compiler stack (sympy)."""
+    got = _loaded("import fedcure_app.client_app, torch\n"
+                  "from fedcure_app.models import build_model\n"
+                  "from fedcure_app.training import train_local\n"
+                  "m = build_model('digits', 10)\n"
+                  "train_local(m, torch.rand(40, 1, 8, 8), torch.randint(0, 10, (40,)), "
+                  "steps=2, lr=0.01)")
+    assert got["torch"] and got["flwr"]
+    assert not got["scipy"] and not got["sympy"]
+
+
+def test_device_and_gpufreq_are_checked_by_the_schema() -> None:
+    cfg = WarmClientConfig.from_env({"FEDCURE_DEVICE": "auto"})
+    assert (cfg.device, cfg.gpufreq) == ("auto", "preset")
+    with pytest.raises(ConfigError):
+        WarmClientConfig.from_env({"FEDCURE_DEVICE": "gpu"})
+    with pytest.raises(ConfigError):
+        WarmClientConfig.from_env({}, gpufreq="nvpmodel")
+
+
+def test_gpufreq_preset_means_devfreq_on_a_jetson_only() -> None:
+    from client.cli import gpufreq_in_use
+
+    assert gpufreq_in_use("preset", "jetson-orin-nano") == "devfreq"
+    assert gpufreq_in_use("preset", "rpi4") == "off"
+    assert gpufreq_in_use("off", "jetson-nano") == "off"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_without_cuda_is_one_line_and_exit_2_while_auto_falls_back() -> None:
+    from client.cli import device_in_use
+
+    assert device_in_use("auto") == "cpu"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    res = subprocess.run([sys.executable, "-m", "client.cli", "--cloud", "127.0.0.1:9",
+                          "--insecure", "--device", "cuda"], capture_output=True, text=True,
+                         env=env, cwd=ROOT, timeout=300)
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--device cuda: CUDA is not available" in lines[0]
+
+
+def test_help_shows_device_with_cuda() -> None:
+    from client.cli import build_parser
+
+    text = build_parser().format_help()
+    assert "--device {cpu,cuda,auto}" in text and "--gpufreq" in text
