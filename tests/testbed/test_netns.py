@@ -112,6 +112,25 @@ def test_a_link_set_down_carries_nothing_until_it_is_back(shaped):
     assert subprocess.run(netns.in_netns(client.netns, probe)).returncode == 0
 
 
+def _reaches(src, dst) -> bool:
+    """Whether ``src`` reaches ``dst`` within 2 s (a refused TCP connection counts as reached)."""
+    probe = [sys.executable, "-c", "import socket,sys\ntry:\n socket.create_connection("
+             f"('{dst.address}', 9), timeout=2)\nexcept ConnectionRefusedError:\n sys.exit(0)"
+             "\nexcept OSError:\n sys.exit(1)"]
+    return subprocess.run(netns.in_netns(src.netns, probe)).returncode == 0
+
+
+def test_a_cut_pair_reaches_nobody_of_the_pair_and_everyone_else_until_it_heals(shaped):
+    edge, cloud, client = shaped.edges[0], shaped.cloud, shaped.clients[0]
+    netns.cut(edge, cloud)
+    netns.cut(edge, cloud)  # twice: still one cut
+    assert not _reaches(edge, cloud) and not _reaches(cloud, edge)
+    assert _reaches(edge, client) and _reaches(cloud, client)
+    netns.cut(edge, cloud, cut=False)
+    assert _reaches(edge, cloud) and _reaches(cloud, edge)
+    netns.cut(edge, cloud, cut=False)  # healing a healed pair changes nothing
+
+
 def test_leftovers_of_a_dead_run_are_removed_and_a_live_run_is_kept():
     require_netns()
     dead = subprocess.Popen(["true"])
