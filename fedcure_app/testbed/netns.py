@@ -17,7 +17,7 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from fedcure_app.testbed.plan import DEAD_END, Node, Plan, owner_pid, tbf_args
+from fedcure_app.testbed.plan import DEAD_END, DEAD_END_MAC, Node, Plan, owner_pid, tbf_args
 
 log = logging.getLogger(__name__)
 
@@ -141,12 +141,16 @@ def set_link(plan: Plan, node: Node, up: bool) -> None:
 def cut(a: Node, b: Node, cut: bool = True) -> None:
     """Cut ``a`` from ``b`` (both ways), or heal the cut, leaving both their other links up.
 
-    Each routes the other's address to :data:`~fedcure_app.testbed.plan.DEAD_END`, a next hop
-    that never answers: packets between the two vanish as behind an uplink that is down (the
-    sender's kernel may learn "host unreachable" after its neighbour probes fail; the other
-    side learns nothing), and open connections hang until the cut heals or their keepalives
-    give up. Healing deletes the two routes; idempotent both ways."""
+    Each routes the other's address to :data:`~fedcure_app.testbed.plan.DEAD_END`, whose
+    link-layer address is pinned (a permanent neighbour entry) to one no interface has: the
+    packets leave, the bridge floods them and nobody takes them. The cut is silent, like a
+    partition beyond the first hop: no error reaches either side (no failed neighbour probe, no
+    "host unreachable"), open connections hang until the cut heals or their keepalives give
+    up. Healing deletes the two routes; idempotent both ways."""
     for node, other in ((a, b), (b, a)):
+        if cut:
+            _run(["ip", "-n", node.netns, "neigh", "replace", DEAD_END, "lladdr", DEAD_END_MAC,
+                  "nud", "permanent", "dev", "eth0"])
         argv = ["ip", "-n", node.netns, "route", "replace" if cut else "del",
                 f"{other.address}/32", "via", DEAD_END, "dev", "eth0"]
         proc = _run(argv, check=cut)

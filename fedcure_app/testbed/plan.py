@@ -26,6 +26,9 @@ IFNAMSIZ = 15
 #: an address of the subnet no node gets (the /16's last host): a next hop that never answers,
 #: where :func:`fedcure_app.testbed.netns.cut` routes the traffic of a cut pair
 DEAD_END = f"{SUBNET}.255.254"
+#: the dead end's link-layer address: locally administered, on no interface, so frames to it
+#: are flooded by the bridge and taken by nobody
+DEAD_END_MAC = "02:00:00:00:de:ad"
 #: hosts a plan may number (the last one of the /16 is :data:`DEAD_END`)
 MAX_HOSTS = 254 * 256 - 1
 
@@ -108,5 +111,5 @@ def tbf_args(rate_mbps: float) -> list[str]:
     return ["rate", f"{round(rate_bps)}bit", "burst", str(burst), "latency", "200ms"]
 
 
-__all__ = ["DEAD_END", "IFNAMSIZ", "MAX_HOSTS", "Node", "Plan", "SUBNET", "make_plan", "owner_pid", "run_prefix",
+__all__ = ["DEAD_END", "DEAD_END_MAC", "IFNAMSIZ", "MAX_HOSTS", "Node", "Plan", "SUBNET", "make_plan", "owner_pid", "run_prefix",
            "tbf_args"]

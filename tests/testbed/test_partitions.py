@@ -5,7 +5,7 @@
    task's deadline: its result arrives once, on time; (b) healed after it: the task expires,
    the late result is aggregated as a stale update (the late-answer rule, docs/security.md)
    and the coalition is dispatched again;
-2. the cloud cut from every edge (its link down) for 20 s: the edges go on by themselves;
+2. the cloud cut from every edge for 20 s: the edges go on by themselves;
 3. a client's link flapping (down/up every 2 s for 30 s): its edge's rounds go on within the
    edge timeout, it is dropped and rejoins, nothing counted twice;
 4. the cloud SIGKILLed while edge 0 is cut from it, restarted from its checkpoint, the cut
@@ -133,6 +133,12 @@ def _mid_task(fed: Federation, edge: int) -> str:
     return found[0]
 
 
+def _lost(fed: Federation, coalition: int) -> int:
+    """How often the cloud has marked ``coalition`` lost so far."""
+    return sum(f["kind"] == "lost" and f["coalition"] == coalition
+               for f in _state(fed)["faults"])
+
+
 def _record(state: dict, task: str) -> dict | None:
     return next((r for r in state["records"] if r["task_id"] == task), None)
 
@@ -160,13 +166,12 @@ def test_1a_an_edge_cut_from_the_cloud_and_back_before_the_deadline_is_aggregate
 def test_1b_an_edge_cut_past_its_deadline_expires_and_its_late_result_follows_the_rule(fed):
     edge, cloud = fed.plan.edges[0], fed.plan.cloud
     task = _mid_task(fed, 0)
-    lost_before = sum(f["kind"] == "lost" for f in _state(fed)["faults"])
+    lost_before = _lost(fed, 0)
     netns.cut(edge, cloud)
     cut_at = time.monotonic()
     say(f"1b: edge 0 cut from the cloud in task {task}")
-    fed.wait("the task's deadline", lambda: sum(
-        f["kind"] == "lost" and f["coalition"] == 0 for f in _state(fed)["faults"])
-        > lost_before, 4 * DEADLINE_MIN + PATIENCE)
+    fed.wait("the task's deadline", lambda: _lost(fed, 0) > lost_before,
+             4 * DEADLINE_MIN + PATIENCE)
     say(f"1b: coalition 0 lost {time.monotonic() - cut_at:.1f} s after the cut; "
         f"progress: {fed.progress()}")
     time.sleep(PAST_DEADLINE)
@@ -187,23 +192,26 @@ def test_1b_an_edge_cut_past_its_deadline_expires_and_its_late_result_follows_th
     replies = [reply for t, reply in fed.answered(0) if t == task]
     # the late-answer rule: within the staleness bound it is a late, stale update; beyond it
     # it is refused; either way the edge hears it once and it is never aggregated twice
+    refused = f"the cloud did not take task {task} (FAILED_PRECONDITION" in fed.log("edge0")
     if rec is not None:
         assert rec["late"] and replies and "late" in replies[0], (rec, replies)
     else:
-        assert "not accepted" in "".join(replies) or not replies, replies
+        assert refused, f"the late result of {task} never reached the cloud"
     assert len(replies) <= 1, replies
 
 
 def test_2_the_cloud_cut_from_every_edge_for_20_s_and_back_trains_on(fed):
-    seen = len(fed.arrivals())
-    netns.set_link(fed.plan, fed.plan.cloud, up=False)
-    say(f"2: the cloud's link down; progress: {fed.progress()}")
+    cloud = fed.plan.cloud
+    for edge in fed.plan.edges:
+        netns.cut(cloud, edge)
+    say(f"2: the cloud cut from every edge; progress: {fed.progress()}")
     time.sleep(CLOUD_CUT / 2)
     say(f"2: {CLOUD_CUT / 2:.0f} s in: {fed.progress()}")
     time.sleep(CLOUD_CUT / 2)
     fed.check_alive()
     seen = len(fed.arrivals())
-    netns.set_link(fed.plan, fed.plan.cloud, up=True)
+    for edge in fed.plan.edges:
+        netns.cut(cloud, edge, cut=False)
     healed = time.monotonic()
     at, _ = fed.wait_arrival("an aggregation after the heal", seen, PATIENCE)
     fed.recovery["2 cloud cut 20 s"] = round(at - healed, 2)
