@@ -111,5 +111,5 @@ def tbf_args(rate_mbps: float) -> list[str]:
     return ["rate", f"{round(rate_bps)}bit", "burst", str(burst), "latency", "200ms"]
 
 
-__all__ = ["DEAD_END", "DEAD_END_MAC", "IFNAMSIZ", "MAX_HOSTS", "Node", "Plan", "SUBNET", "make_plan", "owner_pid", "run_prefix",
-           "tbf_args"]
+__all__ = ["DEAD_END", "DEAD_END_MAC", "IFNAMSIZ", "MAX_HOSTS", "Node", "Plan", "SUBNET",
+           "make_plan", "owner_pid", "run_prefix", "tbf_args"]
