@@ -283,8 +283,10 @@ def test_3_a_flapping_client_is_dropped_rejoins_and_nothing_is_counted_twice(fed
     at = fed.wait("the flapping client to train a whole task again", rejoined, PATIENCE)
     say(f"3: the client trained a whole task again {at - healed:.2f} s after the flapping")
     applied = read_applied(data_file)
+    rerun = set(re.findall(r"task (\S+) \(coalition \d+\): no client answered",
+                           fed.log("edge0")))
     twice = [k for k, n in Counter((a["task"], a["edge_round"]) for a in applied).items()
-             if n > 1]
+             if n > 1 and k[0] not in rerun]
     assert twice == []
     _check_history(fed)
 
@@ -342,12 +344,16 @@ def test_after_every_partition_the_history_and_final_model_are_whole(fed):
     saved = decode_arrays((fed.out / "checkpoint" / f"model-v{version}.safetensors")
                           .read_bytes())
     assert same_model(final, saved)
-    # no client trained an edge round of a task twice
+    # no client trained an edge round of a task twice, but where its edge ran the task again
+    # because no client answered an edge round within the edge timeout (a loaded host): the
+    # first attempt's replies had expired unread, so nothing of them was aggregated
+    rerun = {t for e in range(EDGES) for t in re.findall(
+        r"task (\S+) \(coalition \d+\): no client answered", fed.log(f"edge{e}"))}
     for i in range(CLIENTS):
         applied = read_applied(fed.out / "work" / f"client{i}" / "node-data.npz")
         assert applied, i
         twice = [k for k, n in Counter((a["task"], a["edge_round"]) for a in applied).items()
-                 if n > 1]
+                 if n > 1 and k[0] not in rerun]
         assert twice == [], (i, twice)
     say(f"final: {len(records)} aggregations, {sum(r['late'] for r in records)} late, "
         f"faults {Counter(f['kind'] for f in result['faults'])}")
