@@ -174,6 +174,9 @@ def test_1a_an_edge_cut_from_the_cloud_and_back_before_the_deadline_is_aggregate
     state = _check_history(fed)
     rec = _record(state, task)
     assert rec is not None and not rec["late"], rec  # once, on time
+    # the edge logs the cloud's reply after the cloud logs the aggregation
+    fed.wait(f"edge 0 to log the reply to {task}",
+             lambda: task in {t for t, _ in fed.answered(0)}, 30.0)
     assert [t for t, _ in fed.answered(0)].count(task) == 1
 
 
