@@ -34,7 +34,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -228,9 +227,9 @@ class Soak:
     def report(self, rc: int, wall: float) -> int:
         from cloud_server.controller import initial_model
         from fedcure_app.config import FedCureConfig, apply_flat
-        from fedcure_app.core.aggregation import cloud_update
         from fedcure_app.protocol.codec import decode_arrays
         from tests.deployment.edge_proc import edge_model
+        from tests.deployment.invariants import lost_updates, replay, same_model, version_problems
 
         result = json.loads((self.out / "result.json").read_text())
         records = result["records"]
@@ -240,8 +239,7 @@ class Soak:
         rejected: dict[str, int] = {}
         for kind, code in re.findall(r"^rejected \S+ (\S+) (\S+)$", all_logs, flags=re.M):
             rejected[f"{kind}:{code}"] = rejected.get(f"{kind}:{code}", 0) + 1
-        by_task = {r["task_id"]: r for r in records}
-        lost = [(t, v) for t, v in told if by_task.get(t, {}).get("version") != int(v)]
+        lost = lost_updates(records, told)
         # an edge kill is survived when the restarted edge had an update accepted afterwards
         survived_edges = sum(
             1 for m, i in self.edge_kills
@@ -254,26 +252,17 @@ class Soak:
         cfg = apply_flat(FedCureConfig(), {"num-edges": self.args.edges,
                                            "num-clients": self.args.clients,
                                            "formation": "none"})
-        models = {0: initial_model(cfg)}
-        glob = models[0]
-        for r in records:
-            base = r["version"] - 1 - r["staleness"]
-            glob = cloud_update(glob, edge_model(models[base], r["task_id"]), r["xi"])
-            models[r["version"]] = glob
+        glob = replay(initial_model(cfg), records, edge_model)
         final = decode_arrays((self.out / "final_model.safetensors").read_bytes())
-        replay_ok = len(final) == len(glob) and all(
-            np.array_equal(a, b) for a, b in zip(final, glob))
         checks = {
             "cloud exited 0 on SIGTERM": rc == 0,
-            "versions 1..N, one aggregation per task":
-                [r["version"] for r in records] == list(range(1, len(records) + 1))
-                and len(by_task) == len(records),
+            "versions 1..N, one aggregation per task": not version_problems(records),
             "no accepted update lost": not lost,
             "no bad model accepted": "BAD-ACCEPTED" not in all_logs,
             "duplicates answered alike": "duplicate" in all_logs
                 and "DIFFERENT" not in all_logs,
             "every cloud restart resumed": len(resumed) == self.cloud_kills,
-            "final model == replay of accepted updates": replay_ok,
+            "final model == replay of accepted updates": same_model(final, glob),
         }
         ck = result.get("checkpoints") or {}
         print(f"soak: {wall:.1f} s wall, {len(records)} updates accepted "

@@ -74,6 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how long a task waits for its clients' SuperNodes (default 300)")
     p.add_argument("--edge-timeout", type=float, default=0.0, metavar="S",
                    help="per edge round reply deadline; slower clients are dropped (0: wait)")
+    p.add_argument("--reconnect-timeout", type=float, default=300.0, metavar="S",
+                   help="how long to keep reconnecting (and re-submitting a finished task) to "
+                        "a cloud that stopped answering before giving up: the longest "
+                        "partition or cloud restart this edge rides out (default 300)")
     p.add_argument("--reply-poll", type=float, metavar="S", default=None,
                    help="seconds between the edge's asks for its clients' replies; each is a "
                         "request to its SuperLink (default 0.01, or $FEDCURE_EDGE_REPLY_POLL_S; "
@@ -220,6 +224,9 @@ def run_edge(args: argparse.Namespace, stop: threading.Event) -> int:
     host, port = split_address(args.listen, "--listen")
     if args.edge_id < 0:
         raise UsageError(f"--edge-id must be >= 0, got {args.edge_id}")
+    if not 0 < args.reconnect_timeout < float("inf"):
+        raise UsageError(f"--reconnect-timeout must be a number of seconds > 0, got "
+                         f"{args.reconnect_timeout}")
     reply_poll = reply_poll_s(args.reply_poll, os.environ)
     advertise = args.advertise or (f"127.0.0.1:{port}" if host in ("0.0.0.0", "::")
                                    else args.listen)
@@ -236,7 +243,7 @@ def run_edge(args: argparse.Namespace, stop: threading.Event) -> int:
         log_file=str(work / "serverapp.log"), status_file=str(work / "status.json"),
         discovery_timeout_s=args.discovery_timeout,
         edge_timeout_s=args.edge_timeout if args.edge_timeout > 0 else None,
-        poll_s=reply_poll,
+        poll_s=reply_poll, reconnect_timeout_s=args.reconnect_timeout,
     )
     for name in ("status.json", "serverapp.log"):
         (work / name).unlink(missing_ok=True)

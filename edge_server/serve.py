@@ -11,8 +11,10 @@ address its clients reach the SuperLink at) and, for every task on the stream:
 3. answers with ``Submit`` (edge model, sample count, per-client stats, measured latency).
 
 The stream ending with status OK means training is over: :func:`serve_edge` returns. A cloud
-that goes away (UNAVAILABLE) is reconnected to for ``reconnect_timeout_s``; the cloud resends an
-unanswered task. Any other refusal raises :class:`EdgeRoleError` with one line.
+that goes away (UNAVAILABLE: stopped, restarting, or behind a partition) is reconnected to for
+``reconnect_timeout_s``; the cloud resends an unanswered task. A finished task's Submit is asked
+again for as long (a late answer is still aggregated, within the late-answer bound). Any other
+refusal raises :class:`EdgeRoleError` with one line.
 """
 
 from __future__ import annotations
@@ -37,6 +39,14 @@ from fedcure_app.protocol import cloud_pb2_grpc as pb_grpc
 from fedcure_app.protocol.codec import EdgeLinkClient, result_to_wire, task_from_proto
 
 log = logging.getLogger("fedcure.edge")
+
+
+#: seconds between two asks of a cloud that did not answer a Submit
+SUBMIT_RETRY_S = 1.0
+#: seconds one Submit may take (the cloud decodes, checks, aggregates and checkpoints)
+SUBMIT_TIMEOUT_S = 300.0
+#: Submit failures that mean "not answered" (asked again), not "refused"
+RETRIED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 
 class EdgeRoleError(RuntimeError):
@@ -230,14 +240,21 @@ class EdgeServer:
                      reply.detail or ("accepted" if reply.accepted else "not accepted"))
 
     def _submit(self, result: Any, latency: float) -> pb.SubmitReply | None:
-        """Submit an edge model; None when the cloud no longer wants it (the task expired or is
-        unknown). A cloud that is briefly unavailable is retried (it ignores duplicates)."""
+        """Submit an edge model; None when the cloud no longer wants it (the task expired past
+        the late-answer bound, or is unknown) or training ended.
+
+        A cloud that does not answer (UNAVAILABLE, DEADLINE_EXCEEDED: gone, restarting, or
+        behind a partition) is asked again every :data:`SUBMIT_RETRY_S` seconds for
+        ``reconnect_timeout_s`` counted from the first failure (a call that hangs until the
+        keepalive gives up does not use up the budget); the cloud answers a repeated Submit as
+        it answered the first, so the result is taken at most once. Past the budget the edge
+        gives up (:class:`EdgeRoleError`) instead of dropping the result and serving on."""
         s = self.settings
         wire = result_to_wire(result, edge_id=s.edge_id, latency_s=latency, token=s.token)
-        give_up = time.monotonic() + s.reconnect_timeout_s
+        failing_since: float | None = None
         while True:
             try:
-                return self.link.submit(wire, timeout=300.0)
+                return self.link.submit(wire, timeout=SUBMIT_TIMEOUT_S)
             except grpc.RpcError as err:
                 code = err.code()
                 if code in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND):
@@ -248,11 +265,20 @@ class EdgeServer:
                     log.info("edge %d: training ended before task %s was submitted", s.edge_id,
                              result.task_id)
                     return None
-                if (code == grpc.StatusCode.UNAVAILABLE and time.monotonic() < give_up
-                        and not self._stop.is_set()):
-                    time.sleep(1.0)
-                    continue
-                raise
+                if code not in RETRIED or self._stop.is_set():
+                    raise
+                now = time.monotonic()
+                if failing_since is None:
+                    failing_since = now
+                    log.warning("edge %d: cannot submit task %s (%s: %s); asking again for up "
+                                "to %.0f s", s.edge_id, result.task_id, code.name,
+                                err.details(), s.reconnect_timeout_s)
+                elif now - failing_since > s.reconnect_timeout_s:
+                    raise EdgeRoleError(
+                        f"edge {s.edge_id}: the cloud at {s.cloud} did not take task "
+                        f"{result.task_id} for {s.reconnect_timeout_s:.0f} s ({code.name}: "
+                        f"{err.details()})") from None
+                time.sleep(SUBMIT_RETRY_S)
 
 
 def write_status(path: str | None, state: str, detail: str = "", **extra: Any) -> None:
@@ -295,4 +321,5 @@ def serve_edge(grid: Grid, settings: EdgeSettings) -> EdgeStats:
             handler.flush()
 
 
-__all__ = ["EdgeRoleError", "EdgeServer", "EdgeStats", "serve_edge", "write_status"]
+__all__ = ["EdgeRoleError", "EdgeServer", "EdgeStats", "RETRIED", "SUBMIT_RETRY_S",
+           "SUBMIT_TIMEOUT_S", "serve_edge", "write_status"]

@@ -43,8 +43,9 @@ class EdgeSettings:
     edge_timeout_s: float | None = None
     #: seconds between reply pulls
     poll_s: float = 0.01
-    #: how long to keep reconnecting to a cloud that went away before giving up
-    reconnect_timeout_s: float = 30.0
+    #: how long to keep reconnecting to (or re-submitting to) a cloud that went away before
+    #: giving up, seconds: it bounds the partitions and cloud restarts an edge rides out
+    reconnect_timeout_s: float = 300.0
 
     def save(self, path: str | Path) -> Path:
         """Write the settings as JSON, readable by the owner only."""

@@ -17,7 +17,7 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from fedcure_app.testbed.plan import Node, Plan, owner_pid, tbf_args
+from fedcure_app.testbed.plan import DEAD_END, DEAD_END_MAC, Node, Plan, owner_pid, tbf_args
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +138,26 @@ def set_link(plan: Plan, node: Node, up: bool) -> None:
     _run(["ip", "-n", plan.hub, "link", "set", node.peer, "up" if up else "down"])
 
 
+def cut(a: Node, b: Node, cut: bool = True) -> None:
+    """Cut ``a`` from ``b`` (both ways), or heal the cut, leaving both their other links up.
+
+    Each routes the other's address to :data:`~fedcure_app.testbed.plan.DEAD_END`, whose
+    link-layer address is pinned (a permanent neighbour entry) to one no interface has: the
+    packets leave, the bridge floods them and nobody takes them. The cut is silent, like a
+    partition beyond the first hop: no error reaches either side (no failed neighbour probe, no
+    "host unreachable"), open connections hang until the cut heals or their keepalives give
+    up. Healing deletes the two routes; idempotent both ways."""
+    for node, other in ((a, b), (b, a)):
+        if cut:
+            _run(["ip", "-n", node.netns, "neigh", "replace", DEAD_END, "lladdr", DEAD_END_MAC,
+                  "nud", "permanent", "dev", "eth0"])
+        argv = ["ip", "-n", node.netns, "route", "replace" if cut else "del",
+                f"{other.address}/32", "via", DEAD_END, "dev", "eth0"]
+        proc = _run(argv, check=cut)
+        if not cut and proc.returncode != 0 and "No such process" not in proc.stderr:
+            raise NetnsError(f"`{' '.join(argv)}` failed: {' '.join(proc.stderr.split())}")
+
+
 def qdisc(ns: str, dev: str) -> str:
     """``tc qdisc show`` of ``dev`` in ``ns`` (for checks)."""
     return _run(["tc", "-n", ns, "qdisc", "show", "dev", dev]).stdout
@@ -189,6 +209,6 @@ def clean_leftovers(base: str) -> list[str]:
     return sorted(prefixes)
 
 
-__all__ = ["NetnsError", "TOOLS", "add_node", "clean_leftovers", "create",
+__all__ = ["NetnsError", "TOOLS", "add_node", "clean_leftovers", "create", "cut",
            "destroy", "in_netns", "kernel_problem", "list_namespaces", "namespace_pids",
            "netns_path", "qdisc", "set_link"]

@@ -23,6 +23,14 @@ SUBNET = "10.213"
 PREFIX_RE = re.compile(r"^([a-z]{1,8})(\d{1,7})$")
 #: Linux interface names have at most 15 characters
 IFNAMSIZ = 15
+#: an address of the subnet no node gets (the /16's last host): a next hop that never answers,
+#: where :func:`fedcure_app.testbed.netns.cut` routes the traffic of a cut pair
+DEAD_END = f"{SUBNET}.255.254"
+#: the dead end's link-layer address: locally administered, on no interface, so frames to it
+#: are flooded by the bridge and taken by nobody
+DEAD_END_MAC = "02:00:00:00:de:ad"
+#: hosts a plan may number (the last one of the /16 is :data:`DEAD_END`)
+MAX_HOSTS = 254 * 256 - 1
 
 
 @dataclass(frozen=True)
@@ -68,7 +76,7 @@ def owner_pid(name: str, base: str) -> int | None:
 
 def _address(index: int) -> str:
     """Host ``index`` (0-based) of the /16, skipping .0 and .255 in every /24."""
-    if not 0 <= index < 254 * 256:
+    if not 0 <= index < MAX_HOSTS:
         raise ValueError(f"no address for host {index}")
     return f"{SUBNET}.{index // 254}.{index % 254 + 1}"
 
@@ -103,5 +111,5 @@ def tbf_args(rate_mbps: float) -> list[str]:
     return ["rate", f"{round(rate_bps)}bit", "burst", str(burst), "latency", "200ms"]
 
 
-__all__ = ["IFNAMSIZ", "Node", "Plan", "SUBNET", "make_plan", "owner_pid", "run_prefix",
-           "tbf_args"]
+__all__ = ["DEAD_END", "DEAD_END_MAC", "IFNAMSIZ", "MAX_HOSTS", "Node", "Plan", "SUBNET",
+           "make_plan", "owner_pid", "run_prefix", "tbf_args"]

@@ -112,6 +112,40 @@ def test_a_link_set_down_carries_nothing_until_it_is_back(shaped):
     assert subprocess.run(netns.in_netns(client.netns, probe)).returncode == 0
 
 
+_PROBE = """
+import socket, sys
+try:
+    socket.create_connection((sys.argv[1], 9), timeout=2)
+except ConnectionRefusedError:
+    print("reached")
+except TimeoutError:
+    print("timeout")
+except OSError as err:
+    print(err.strerror)
+"""
+
+
+def _probe(src, dst) -> str:
+    """A TCP connection from ``src`` to ``dst`` within 2 s: ``reached`` (refused counts),
+    ``timeout``, or the error."""
+    return subprocess.run(netns.in_netns(src.netns, [sys.executable, "-c", _PROBE,
+                                                     dst.address]),
+                          capture_output=True, text=True).stdout.strip()
+
+
+def test_a_cut_pair_reaches_nobody_of_the_pair_silently_and_everyone_else_until_it_heals(
+        shaped):
+    edge, cloud, client = shaped.edges[0], shaped.cloud, shaped.clients[0]
+    netns.cut(edge, cloud)
+    netns.cut(edge, cloud)  # twice: still one cut
+    # silent: the attempt times out, no "no route to host" reaches either side
+    assert _probe(edge, cloud) == "timeout" and _probe(cloud, edge) == "timeout"
+    assert _probe(edge, client) == "reached" and _probe(cloud, client) == "reached"
+    netns.cut(edge, cloud, cut=False)
+    assert _probe(edge, cloud) == "reached" and _probe(cloud, edge) == "reached"
+    netns.cut(edge, cloud, cut=False)  # healing a healed pair changes nothing
+
+
 def test_leftovers_of_a_dead_run_are_removed_and_a_live_run_is_kept():
     require_netns()
     dead = subprocess.Popen(["true"])

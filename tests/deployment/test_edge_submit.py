@@ -1,0 +1,96 @@
+"""A finished task's Submit outlives a cloud that stops answering (a partition, a restart):
+the edge asks again for ``reconnect_timeout_s`` counted from the first failure, and gives up
+with one line past it, never dropping the result to serve on (edge_server/serve.py)."""
+
+from __future__ import annotations
+
+import time
+
+import grpc
+import numpy as np
+import pytest
+
+from edge_server import serve
+from edge_server.cli import main as edge_main
+from edge_server.serve import EdgeRoleError, EdgeServer
+from edge_server.settings import EdgeSettings
+from fedcure_app.protocol import cloud_pb2 as pb
+from fedcure_app.tasks import EdgeResult
+
+
+class _Err(grpc.RpcError):
+    def __init__(self, code: grpc.StatusCode) -> None:
+        self._code = code
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return f"fake {self._code.name}"
+
+
+class _Link:
+    """A cloud link whose Submits fail as told (``hang_s``: the first call hangs that long, as
+    a call on a partitioned connection does until the keepalive gives up), then answer."""
+
+    def __init__(self, codes: list[grpc.StatusCode], hang_s: float = 0.0) -> None:
+        self.codes = list(codes)
+        self.hang_s = hang_s
+        self.calls = 0
+
+    def submit(self, wire, timeout):
+        self.calls += 1
+        if self.calls == 1 and self.hang_s:
+            time.sleep(self.hang_s)
+        if self.codes:
+            raise _Err(self.codes.pop(0))
+        return pb.SubmitReply(accepted=True, version=7, detail="aggregated as round 7")
+
+
+@pytest.fixture
+def edge(monkeypatch):
+    monkeypatch.setattr(serve, "SUBMIT_RETRY_S", 0.01)
+    # a channel that is never used: the link is replaced
+    server = EdgeServer(grid=None, settings=EdgeSettings(
+        cloud="127.0.0.1:9", edge_id=0, advertise="127.0.0.1:9", insecure=True,
+        reconnect_timeout_s=0.2))
+    yield server
+    server.stop()
+
+
+def _result() -> EdgeResult:
+    return EdgeResult(task_id="r3-c0-v3", coalition=0, arrays=[np.zeros(2, np.float32)],
+                      num_samples=10)
+
+
+def test_a_submit_that_hangs_past_the_budget_is_still_asked_again_until_the_cloud_answers(edge):
+    U, D = grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED
+    edge.link = _Link([U, U, D, U], hang_s=0.3)  # the hang alone outlasts the 0.2 s budget
+    reply = edge._submit(_result(), 1.0)
+    assert reply is not None and reply.accepted and reply.version == 7
+    assert edge.link.calls == 5
+
+
+def test_a_cloud_silent_for_longer_than_the_budget_ends_the_edge_naming_the_task(edge):
+    edge.link = _Link([grpc.StatusCode.UNAVAILABLE] * 10_000)
+    t0 = time.monotonic()
+    with pytest.raises(EdgeRoleError, match=r"did not take task r3-c0-v3 for 0 s"):
+        edge._submit(_result(), 1.0)
+    assert 0.2 <= time.monotonic() - t0 < 5.0
+
+
+def test_a_refusal_is_final_and_not_asked_again(edge):
+    edge.link = _Link([grpc.StatusCode.FAILED_PRECONDITION])
+    assert edge._submit(_result(), 1.0) is None
+    assert edge.link.calls == 1
+    edge.link = _Link([grpc.StatusCode.INVALID_ARGUMENT])
+    with pytest.raises(grpc.RpcError):
+        edge._submit(_result(), 1.0)
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "inf"])
+def test_fedcure_edge_refuses_a_reconnect_timeout_that_is_not_positive_seconds(value, capsys):
+    code = edge_main(["--cloud", "127.0.0.1:9", "--edge-id", "0", "--listen",
+                      "127.0.0.1:9092", "--insecure", "--reconnect-timeout", value])
+    assert code == 2
+    assert "--reconnect-timeout" in capsys.readouterr().err
