@@ -416,6 +416,8 @@ def supervise(roles: Roles, status: StatusPoller, rounds: int, args: argparse.Na
     from rich.console import Console
     from rich.progress import Progress, TextColumn
 
+    from fedcure_app.protocol import cloud_pb2 as pb
+
     t0 = time.monotonic()
     console = Console(stderr=True)
     with Progress(TextColumn("{task.fields[line]}", markup=False), console=console,
