@@ -35,6 +35,15 @@
     return out;
   }
 
+  // a y tick label short enough for the left margin: as many decimals as the tick step needs
+  // (at most 3), powers of ten below that, thousands as "k"
+  function ylabel(y, step) {
+    if (Math.abs(y) >= 10000) return +(y / 1000).toPrecision(3) + "k";
+    if (step > 0 && step < 0.001) return y === 0 ? "0" : y.toExponential(1);
+    const decimals = step > 0 ? Math.min(3, Math.max(0, 1 - Math.floor(Math.log10(step)))) : 2;
+    return String(+y.toFixed(decimals));
+  }
+
   // a line/point chart: series = [{color, points: [[x, y]], dash, marker: "dot"|"tick", label}];
   // opts.xint: integer x ticks; opts.legend: [{color, marker: "dot"|"tick"|"line", label}]
   // drawn instead of the series' labels
@@ -56,7 +65,7 @@
     svg.appendChild(el("line", {x1: L, y1: T, x2: L, y2: H - B, stroke: "#d7dbe2"}));
     for (let i = 0; i <= 4; i++) {
       const y = y0 + (y1 - y0) * i / 4;
-      svg.appendChild(el("text", {x: L - 4, y: sy(y) + 4, "text-anchor": "end"}, yfmt ? yfmt(y) : +y.toPrecision(3)));
+      svg.appendChild(el("text", {x: L - 4, y: sy(y) + 4, "text-anchor": "end"}, yfmt ? yfmt(y) : ylabel(y, (y1 - y0) / 4)));
     }
     const xs = xticks(x0, x1, opts.xint);
     xs.forEach((x, i) => {
