@@ -233,13 +233,10 @@ class BatchedExecutor:
                 update = g
             if partial:  # clients past their last step keep parameters and buffer
                 keep = ~active[s]
-                old = [p.clone() for p in params]
-                old_bufs = [b.clone() for b in bufs]
+                kept = [t[keep] for t in params + bufs]  # copies of the idle clients' slices
                 torch._foreach_add_(params, update, alpha=-lr)
-                for p, o in zip(params, old):
-                    p[keep] = o[keep]
-                for b, o in zip(bufs, old_bufs):
-                    b[keep] = o[keep]
+                for t, o in zip(params + bufs, kept):
+                    t[keep] = o
                 loss_sum += torch.where(active[s], loss, torch.zeros_like(loss))
             else:
                 torch._foreach_add_(params, update, alpha=-lr)
