@@ -32,7 +32,11 @@ How a step's gradients are computed depends on the device (``vectorized``):
   1.4× faster per step than the contiguous layout the one-by-one executor uses for the MNIST CNN;
   docs/benchmarks.md), and only the SGD update and FedAvg run on the stacked tensors.
 
-Either way the gradients are the same to float tolerance.
+Either way the gradients are the same to float tolerance, and either way the executor's forward
+pass pools before it rectifies (:func:`pool_before_relu`): ``max`` commutes with the monotone
+ReLU, so the outputs and the gradients are bit for bit those of the model as built, while the
+ReLU and its backward touch a quarter of the elements (measured about 1.2–1.5× faster per step
+for the MNIST CNN on one core, channels-last).
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch.func import functional_call, grad_and_value, vmap
+from torch import nn
 from torch.nn import functional as F
 
 from fedcure_app.models import build_model
@@ -129,6 +134,32 @@ def plan_round(sizes: list[int], offsets: list[int], seeds: list[int], batch_siz
     return BatchPlan(index, mask, active, samples, counts)
 
 
+def pool_before_relu(model: nn.Module) -> nn.Module:
+    """``model`` with every ``ReLU`` that feeds a ``MaxPool2d`` moved after it, sharing the
+    parameters (same names); ``model`` itself when it is not an ``nn.Sequential`` or has no such
+    pair.
+
+    relu(maxpool(x)) = maxpool(relu(x)) exactly, and so are the gradients: where a window's
+    maximum is positive both route the gradient to the same element, where it is not both give
+    zero. The pooled tensor is a quarter of the size (2×2 pooling), so the ReLU and its backward
+    cost a quarter.
+    """
+    if not isinstance(model, nn.Sequential):
+        return model
+    mods = list(model)
+    swapped = False
+    for i in range(len(mods) - 1):
+        if isinstance(mods[i], nn.ReLU) and isinstance(mods[i + 1], nn.MaxPool2d):
+            mods[i], mods[i + 1] = mods[i + 1], mods[i]
+            swapped = True
+    if not swapped:
+        return model
+    out = nn.Sequential(*mods)
+    if [n for n, _ in out.named_parameters()] != [n for n, _ in model.named_parameters()]:
+        return model  # a reordering that renames parameters is not the same model
+    return out
+
+
 def stacked(t: torch.Tensor, k: int, channels_last: bool) -> torch.Tensor:
     """``k`` copies of ``t`` along a new leading axis; a 4-d convolution weight with
     ``channels_last`` is laid out so that every copy is channels-last (stride 1 on its input
@@ -167,7 +198,7 @@ class BatchedExecutor:
         self.x = torch.cat([x.float() for x, _ in client_data]).to(self.device)
         self.y = torch.cat([y.long() for _, y in client_data]).to(self.device)
 
-        model = self.model
+        model = self.forward_model = pool_before_relu(self.model)
 
         def loss_fn(params: dict[str, torch.Tensor], xb: torch.Tensor, yb: torch.Tensor,
                     mask: torch.Tensor) -> torch.Tensor:
@@ -197,7 +228,8 @@ class BatchedExecutor:
                 continue
             ps = [p[c].detach().requires_grad_() for p in params]
             xin = xb[c, :n].contiguous(memory_format=torch.channels_last)
-            out = F.cross_entropy(functional_call(self.model, dict(zip(self.names, ps)), (xin,)),
+            out = F.cross_entropy(functional_call(self.forward_model, dict(zip(self.names, ps)),
+                                                  (xin,)),
                                   yb[c, :n])
             for g, gc in zip(grads, torch.autograd.grad(out, ps)):
                 g[c].copy_(gc)
@@ -278,4 +310,5 @@ class BatchedExecutor:
         """Nothing to release."""
 
 
-__all__ = ["BatchPlan", "BatchedExecutor", "client_batches", "client_steps", "plan_round"]
+__all__ = ["BatchPlan", "BatchedExecutor", "client_batches", "client_steps", "plan_round",
+           "pool_before_relu"]

@@ -22,6 +22,7 @@ from fedcure_app.simulation.batched import (
     client_batches,
     client_steps,
     plan_round,
+    pool_before_relu,
 )
 from fedcure_app.simulation.engine import (
     SimulationEngine,
@@ -161,3 +162,31 @@ def test_a_short_batched_run_matches_the_one_by_one_runs_accuracies():
     accs = [(r["accuracy"], s["accuracy"]) for r, s in zip(one["records"], two["records"])
             if r["accuracy"] is not None]
     assert accs and all(abs(a - b) <= 0.005 for a, b in accs)
+
+
+@settings(max_examples=25, deadline=None)
+@given(dataset=st.sampled_from(["digits", "mnist", "cifar10"]), seed=st.integers(0, 2**31 - 1),
+       shift=st.floats(-1.0, 1.0))
+def test_pooling_before_the_relu_gives_bit_identical_outputs_and_gradients(dataset, seed, shift):
+    torch.manual_seed(seed)
+    model = build_model(dataset)
+    reordered = pool_before_relu(model)
+    assert reordered is not model
+    assert [n for n, _ in reordered.named_parameters()] == [n for n, _ in model.named_parameters()]
+    shape = {"digits": (4, 1, 8, 8), "mnist": (4, 1, 28, 28), "cifar10": (4, 3, 32, 32)}[dataset]
+    x = torch.randn(shape) + shift  # a shift makes whole windows negative or positive
+    y = torch.randint(0, 10, (4,))
+    outs, grads = [], []
+    for m in (model, reordered):
+        out = m(x)
+        loss = nn.functional.cross_entropy(out, y)
+        outs.append(out.detach())
+        grads.append(torch.autograd.grad(loss, list(m.parameters())))
+    assert torch.equal(outs[0], outs[1])
+    assert all(torch.equal(a, b) for a, b in zip(*grads))
+
+
+def test_a_model_without_a_relu_before_a_pool_is_left_as_it_is():
+    model = nn.Sequential(nn.Conv2d(1, 2, 3), nn.MaxPool2d(2), nn.ReLU())
+    assert pool_before_relu(model) is model
+    assert pool_before_relu(nn.Linear(2, 2)).__class__ is nn.Linear
