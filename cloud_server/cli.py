@@ -220,7 +220,7 @@ async def _run(args: argparse.Namespace, cfg: Any, evaluator: Any, credentials: 
 def main(argv: list[str] | None = None) -> int:
     # gRPC core logs bind failures on its own; keep stderr to our one line
     # (libraries such as Ray set GRPC_VERBOSITY=ERROR, which still prints them; keep DEBUG/INFO)
-    from fedcure_app.processes import quiet_grpc
+    from fedcure_app.runtime.processes import quiet_grpc
 
     quiet_grpc()
     args = build_parser().parse_args(argv)
