@@ -208,7 +208,7 @@ async def _run(args: argparse.Namespace, cfg: Any, evaluator: Any, credentials: 
     if result is None:
         controller = service.controller
         if controller.strategy is not None and controller.records:
-            partial = await asyncio.to_thread(controller.write_results)
+            partial = await asyncio.to_thread(controller.formed.write_results)
             log.info("stopped after %d of %d rounds; partial results in %s",
                      partial["rounds"], cfg.run.global_rounds, args.out)
         else:

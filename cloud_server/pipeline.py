@@ -70,18 +70,18 @@ class ArrivalPipeline:
             return await asyncio.shield(task.pending)
         if c.phase == Phase.DONE or self.done:
             return c.answer_over(task, "training is over; this model was not aggregated")
-        strategy = c.strategy
-        assert strategy is not None
+        strategy, formed = c.strategy, c.formed
+        assert strategy is not None and formed is not None
         m = task.dispatch.coalition
         late = task.expired is not None
         if late:  # a late answer is a stale update: aggregated within the bound
             c.tally.late()
-            refusal = c.too_stale(task)
+            refusal = formed.too_stale(task)
             if refusal is not None:
                 if m in strategy.unavailable and not self.done:
                     await self.take_back(m, "its edge server answered after the deadline")
                 raise refusal
-        c.check_submit(task, int(req.num_samples), float(req.latency_s), req.stats,
+        formed.check_submit(task, int(req.num_samples), float(req.latency_s), req.stats,
                        list(req.dropped_client_ids), float(req.startup_s))
         task.pending = asyncio.get_running_loop().create_future()
         try:
@@ -105,7 +105,7 @@ class ArrivalPipeline:
         """Decode, aggregate (one arrival at a time), publish, evaluate: the Submit's reply."""
         c = self.controller
         t_dec = time.monotonic()
-        arrays = await asyncio.to_thread(c.decode_model, task, model)
+        arrays = await asyncio.to_thread(c.formed.decode_model, task, model)
         sent = task.sent_at if task.sent_at is not None else task.dispatched_at
         latency = max(received - sent, 1e-6)
         reports = [report_from_proto(s) for s in req.stats]
@@ -116,7 +116,7 @@ class ArrivalPipeline:
             t_agg = time.monotonic()
             try:
                 arrival = await asyncio.to_thread(
-                    c.arrive, task, arrays, latency, float(req.latency_s),
+                    c.formed.arrive, task, arrays, latency, float(req.latency_s),
                     int(req.num_samples), reports, list(req.dropped_client_ids), late,
                     float(req.startup_s))
             except ValueError as err:  # the strategy refused the arrival
@@ -137,9 +137,9 @@ class ArrivalPipeline:
                       "publish %.3f s", task.task_id, t_agg - t_dec, t_pub - t_agg,
                       time.monotonic() - t_pub)
             rec = arrival.record
-            if c.should_evaluate(arrival):
-                acc, loss = await asyncio.to_thread(c.evaluate)
-                c.record_evaluation(rec, acc, loss)
+            if c.formed.should_evaluate(arrival):
+                acc, loss = await asyncio.to_thread(c.formed.evaluate)
+                c.formed.record_evaluation(rec, acc, loss)
             log.info(
                 "round %d/%d: coalition %d arrived%s (staleness %d, xi %.3f, latency "
                 "%.2f s, estimate %.2f s) -> version %d, dispatched %s%s",
@@ -170,7 +170,7 @@ class ArrivalPipeline:
                 return  # answered meanwhile
             if task is None and m in s.in_flight:
                 return  # it got a task meanwhile: the deadline decides
-            new = await asyncio.to_thread(c.lose, m, task, why)
+            new = await asyncio.to_thread(c.formed.lose, m, task, why)
             if task is not None:
                 self.edges.drop(m, task)
             log.warning("coalition %d marked unavailable: %s%s", m, why,
@@ -185,7 +185,7 @@ class ArrivalPipeline:
             s = c.strategy
             if s is None or self.done or m not in s.unavailable:
                 return
-            new = await asyncio.to_thread(c.take_back, m, why)
+            new = await asyncio.to_thread(c.formed.take_back, m, why)
             log.info("coalition %d available again: %s", m, why)
             await self.edges.publish(new)
 

@@ -118,7 +118,7 @@ class RegistrationWindow:
                 "connected to the cloud yet; call Register again",
             ) from None
         self._check_open()
-        return client, c.edge_address(client.edge_id)
+        return client, c.roster.edge_addresses[client.edge_id]
 
     def _check_open(self) -> None:
         if self._is_closing():

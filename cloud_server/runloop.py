@@ -106,7 +106,7 @@ class RunLoop:
         self.edges.hold(c.live_tasks())
         if complete:
             c.end_training()
-            c.result = c.write_results()
+            c.result = c.formed.write_results()
             self._end()
             log.info("the checkpointed run was already complete; results rewritten")
 
@@ -150,7 +150,7 @@ class RunLoop:
         """Edge m connected with its fleet ``address``: its stream (an older one ends); a lost
         coalition m is taken back."""
         c = self.controller
-        c.edge_connected(m, address)
+        c.registry.edge_connected(m, address)
         stream = await self.edges.open(m)
         log.info("edge %d connected (%s)%s", m, address,
                  " again" if stream.slot.connects > 1 else "")
@@ -175,7 +175,7 @@ class RunLoop:
         if not self.edges.close(stream):
             return
         c, m = self.controller, stream.edge_id
-        c.edge_left(m)
+        c.registry.edge_left(m)
         # phase DONE shows in Monitor.Status while the results are still being written
         # (before the run ends): edges that saw it and left are not lost
         if not self._done.is_set() and c.phase != Phase.DONE:
@@ -210,8 +210,8 @@ class RunLoop:
                         or task.reply is not None):
                     continue
                 if overdue(task.dispatched_at, task.deadline_s, now):
-                    await self.pipeline.lose(m, task, f"no answer within its {task.deadline_s:.1f} s "
-                                              "deadline")
+                    await self.pipeline.lose(
+                        m, task, f"no answer within its {task.deadline_s:.1f} s deadline")
 
     # ================================================================== the end
     async def _finish(self) -> None:
