@@ -17,10 +17,10 @@ the old/new overhead ratio, the goal for the warm runtime (median ≤ 0.15 s, p9
 edge round) and the load average before and after (the goal is for an otherwise idle 2-core
 machine). ``--busy`` runs one CPU-bound process beside the runs (started and stopped by PID).
 
-Every run is traced (``FEDCURE_TRACE_DIR``, :mod:`fedcure_app.tracing`): the hop table
-(:mod:`fedcure_app.hops`) says where each train message's time goes, from the edge ServerApp's
-push through the SuperLink, the SuperNode, the executor and the trainer back to the edge's pull,
-median and p95 per hop, and per edge round the edge's send, the slowest message, the
+Every run is traced (``FEDCURE_TRACE_DIR``, :mod:`fedcure_app.runtime.tracing`): the hop table
+(:mod:`fedcure_app.runtime.hops`) says where each train message's time goes, from the edge
+ServerApp's push through the SuperLink, the SuperNode, the executor and the trainer back to the
+edge's pull, median and p95 per hop, and per edge round the edge's send, the slowest message, the
 aggregation and the overhead.
 
 ``--profiles`` instead runs one ``fedcure launch --edges 2`` with the warm runtime and device
@@ -239,8 +239,8 @@ def collect(out: Path) -> dict[str, Any]:
         "rounds": len(keys), "wall_s": wall.tolist(), "slowest_training_s": slowest.tolist(),
         "overhead_s": (wall - slowest).tolist(), "message_s": per_message, "hops": None}
     if (out / "trace").is_dir():
-        from fedcure_app.hops import hop_table
-        from fedcure_app.tracing import load_events
+        from fedcure_app.runtime.hops import hop_table
+        from fedcure_app.runtime.tracing import load_events
 
         msgs, per_round = hop_table(load_events(out / "trace"))
         got["hops"] = {"messages": [h.__dict__ for h in msgs],
@@ -280,7 +280,7 @@ def rounds_bench(args: argparse.Namespace, out: Path) -> int:
 
 
 def _rounds_bench(args: argparse.Namespace, out: Path, busy: Any) -> int:
-    from fedcure_app.hops import HopStats, format_table
+    from fedcure_app.runtime.hops import HopStats, format_table
 
     datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
     runtimes = [r.strip() for r in args.runtimes.split(",") if r.strip()]

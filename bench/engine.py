@@ -43,7 +43,7 @@ from fedcure_app.config import FedCureConfig, apply_flat
 from fedcure_app.data import load_dataset
 from fedcure_app.models import build_model
 from fedcure_app.simulation.engine import SimulationEngine, build_federation, make_executor
-from fedcure_app.threads import apply_thread_policy, available_cores
+from fedcure_app.runtime.threads import apply_thread_policy, available_cores
 from fedcure_app.training import evaluate
 
 ROOT = Path(__file__).resolve().parents[1]

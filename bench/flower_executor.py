@@ -2,7 +2,7 @@
 
 Runs the same configuration twice: the engine with the in-process executor, and the Flower App
 (ServerApp + ClientApps on virtual SuperNodes on Ray, through
-:func:`fedcure_app.flower_run.run_flower_simulation`). Prints, per path, the wall
+:func:`fedcure_app.flower.run.run_flower_simulation`). Prints, per path, the wall
 seconds per edge round (every client of the coalition trains τ_c steps, then FedAvg) and the
 Flower path's overhead per edge round; the Flower figure is also given without the first task,
 whose messages start the ClientApp actors. The schedule traces must be identical.
@@ -22,13 +22,13 @@ import time
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
 
-from fedcure_app.app_config import config_from_run_config  # noqa: E402
+from fedcure_app.flower.app_config import config_from_run_config  # noqa: E402
 from fedcure_app.simulation.engine import (  # noqa: E402
     SimulationEngine,
     build_federation,
     make_inprocess_executor,
 )
-from fedcure_app.flower_run import full_run_config, run_flower_simulation  # noqa: E402
+from fedcure_app.flower.run import full_run_config, run_flower_simulation  # noqa: E402
 
 
 class TimedExecutor:

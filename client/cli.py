@@ -12,7 +12,7 @@
    simulated device profile.
 2. Registers (``Association.Register``; it answers once coalition formation has run and the
    chosen ES is up) and learns its client id and its ES's address.
-3. Writes its data file (:mod:`fedcure_app.node_data`) and starts ``flower-supernode`` to that
+3. Writes its data file (:mod:`fedcure_app.flower.node_data`) and starts ``flower-supernode`` to that
    ES with node config ``client-id=<id> cpufreq=<mode> data-file=<path>`` (and
    ``cpufreq-root=<dir>`` with ``--cpufreq-root``, ``host-samples-per-s`` and
    ``cgroup-prefix`` with ``--cpufreq cgroup``) on its own free
@@ -196,7 +196,7 @@ def build_node_data(cfg: Any, index: int, name: str) -> Any:
     """This client's samples, label counts, initial ES and device profile (as simulate has)."""
     from fedcure_app.federation import partition_for, profiles_for
     from fedcure_app.data import load_dataset
-    from fedcure_app.node_data import NodeData
+    from fedcure_app.flower.node_data import NodeData
 
     ds = load_dataset(cfg.data.dataset, cfg.data.data_dir)
     part = partition_for(cfg, ds)
@@ -239,7 +239,7 @@ def register(stub: Any, args: argparse.Namespace, name: str, data: Any, home: in
 def supernode_argv(edge_address: str, port: int, client_id: int, cpufreq: str,
                    data_file: Path, args: argparse.Namespace) -> list[str]:
     """``flower-supernode`` to ``edge_address`` with this client's node config."""
-    from fedcure_app.flower_tools import flower_bin
+    from fedcure_app.flower.tools import flower_bin
 
     node_config = f'client-id={client_id} cpufreq="{cpufreq}" data-file="{data_file}"'
     if getattr(args, "cpufreq_root", None):
@@ -273,8 +273,8 @@ def start_supernode(argv: list[str], work: Path, env: dict[str, str], stop: thre
     """Start ``flower-supernode``. Under SuperNode authentication the edge registers this
     client's key a moment after Register answers; a SuperNode that started before that exits
     (Flower's code 305) and is started again (for at most ``wait_s``)."""
-    from fedcure_app.processes import Child
-    from fedcure_app.supernode_auth import refused
+    from fedcure_app.runtime.processes import Child
+    from fedcure_app.flower.supernode_auth import refused
 
     end = time.monotonic() + wait_s
     while True:
@@ -312,7 +312,7 @@ SUPERNODE_ARGV_FILE = "supernode-argv.json"
 def prestart_supernode(work: Path, env: dict[str, str]) -> Any:
     """A :mod:`client.supernode` that imports Flower now and waits for its arguments
     (:func:`release_supernode`), so Flower's import does not land in the first task."""
-    from fedcure_app.processes import Child
+    from fedcure_app.runtime.processes import Child
 
     argv = [sys.executable, "-m", "client.supernode", "--argv-file",
             str(work / SUPERNODE_ARGV_FILE)]
@@ -333,7 +333,7 @@ def start_executor(work: Path, port: int | None, env: dict[str, str],
     (log in ``work/executor.log``); its trainer loads ``data_file`` before the first message.
     ``port`` None: the SuperNode does not exist yet; the executor reads its address from
     ``work/runtime-api-address`` once :func:`publish_runtime_port` has written it."""
-    from fedcure_app.processes import Child
+    from fedcure_app.runtime.processes import Child
 
     where = (["--runtime-api-address", f"127.0.0.1:{port}"] if port is not None
              else ["--runtime-api-address-file", str(work / RUNTIME_ADDRESS_FILE)])
@@ -387,8 +387,8 @@ def gpufreq_in_use(gpufreq: str, profile_name: str) -> str:
 
 
 def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
-    from fedcure_app.node_data import read_applied, save_node_data
-    from fedcure_app.processes import Child, flower_env, free_port, split_address
+    from fedcure_app.flower.node_data import read_applied, save_node_data
+    from fedcure_app.runtime.processes import Child, flower_env, free_port, split_address
     from fedcure_app.protocol import cloud_pb2 as pb
     from fedcure_app.protocol import cloud_pb2_grpc as pb_grpc
     from fedcure_app.protocol.channel import open_channel
@@ -442,7 +442,7 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
                  warm.device, f", GPU clock: {args.gpufreq_in_use}"
                  if args.device_in_use == "cuda" else "")
         data_file = save_node_data(work / "node-data.npz", data)
-        from fedcure_app.processes import release_memory
+        from fedcure_app.runtime.processes import release_memory
 
         release_memory()  # the dataset this client's partition was cut from is gone
         for stale in (work / "node-data.npz.applied.jsonl", work / RUNTIME_ADDRESS_FILE,
@@ -463,7 +463,7 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
                 supernode = prestart_supernode(work, env)
         public_key = ""
         if args.supernode_auth:
-            from fedcure_app.supernode_auth import make_supernode_keys
+            from fedcure_app.flower.supernode_auth import make_supernode_keys
 
             args.supernode_key_file, public = make_supernode_keys(work / "supernode-keys")
             public_key = public.read_text().strip()
@@ -573,7 +573,7 @@ def probe(cpu_root: str | None = None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from fedcure_app.processes import quiet_grpc, role_start
+    from fedcure_app.runtime.processes import quiet_grpc, role_start
 
     quiet_grpc()
     args = build_parser().parse_args(argv)

@@ -50,13 +50,13 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from fedcure_app.object_pulls import quick_pulls
-from fedcure_app.tracing import set_role, trace
+from fedcure_app.flower.object_pulls import quick_pulls
+from fedcure_app.runtime.tracing import set_role, trace
 
 log = logging.getLogger("fedcure.client.executor")
 
 #: the ClientApp this executor runs (the component ``fedcure-edge`` submits)
-CLIENTAPP = "fedcure_app.client_app:app"
+CLIENTAPP = "fedcure_app.flower.client_app:app"
 #: Runtime API methods signed with the shared secret (as Flower's SuperExec signs them)
 SIGNED_METHODS = frozenset({"/flwr.proto.Runtime/AcquireTask"})
 #: seconds into a task before its first heartbeat (Flower's SuperNode expires a task after
@@ -446,7 +446,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     if args.parent_pid:
-        from fedcure_app.processes import alive
+        from fedcure_app.runtime.processes import alive
 
         def watch() -> None:
             while alive(args.parent_pid) and not stop.is_set():
@@ -457,7 +457,7 @@ def main(argv: list[str] | None = None) -> int:
     from flwr.supernode.runtime import run_clientapp
 
     # the SuperNode hands out a task before it holds the message's objects: retry them after
-    # 10 ms, not Flower's 1 s (fedcure_app.object_pulls)
+    # 10 ms, not Flower's 1 s (fedcure_app.flower.object_pulls)
     quick_pulls(run_clientapp, "pull_and_inflate_object_from_tree")
     trainer = Trainer(cfg.trainer_restarts, data_file=args.data_file, stop=stop)
     try:

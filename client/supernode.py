@@ -39,7 +39,7 @@ import time as _time
 from types import ModuleType
 from typing import Any
 
-from fedcure_app.object_pulls import quick_pulls, version_problem
+from fedcure_app.flower.object_pulls import quick_pulls, version_problem
 
 log = logging.getLogger("fedcure.client.supernode")
 
@@ -159,7 +159,7 @@ def install(clock: IdleClock, module: ModuleType | None = None, waker: Any = Non
     module._pull_and_store_message = pull_and_reset
     module.time = clock  # type: ignore[attr-defined]
     # a message is listed before its objects land on the SuperLink: retry them after
-    # idle_min_s, not Flower's 1 s (fedcure_app.object_pulls)
+    # idle_min_s, not Flower's 1 s (fedcure_app.flower.object_pulls)
     quick_pulls(module, "pull_objects", clock.idle_min_s, clock.idle_max_s)
     return True
 
@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> None:
     log.addHandler(handler)  # Flower configures its own logger; the root stays untouched
     log.setLevel(logging.INFO)
     log.propagate = False
-    from fedcure_app.tracing import set_role, trace_flower_log
+    from fedcure_app.runtime.tracing import set_role, trace_flower_log
 
     set_role("supernode")
     trace_flower_log()  # FEDCURE_TRACE_DIR: Flower's receive/send log lines become events

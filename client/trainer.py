@@ -2,14 +2,14 @@
 
 Started by :mod:`client.executor` as ``python -m client.trainer --fd N [--data-file PATH]``,
 where ``N`` is its end of a private socket pair (inherited, never a listening socket: no other
-process can reach it). It imports torch and :mod:`fedcure_app.client_app` once, so the model,
+process can reach it). It imports torch and :mod:`fedcure_app.flower.client_app` once, so the model,
 the node's data file and the frequency actuator stay loaded across messages; with
 ``--data-file`` it loads that node data file and its model and runs a throw-away warm-up step
-before it says it is ready (:func:`fedcure_app.client_app.preload`), so the first task costs
+before it says it is ready (:func:`fedcure_app.flower.client_app.preload`), so the first task costs
 training, not start-up. Then it answers requests on the pair:
 
 - ``("train", message, context, task_id, started_at, startup_s)`` → ``("ok", reply, context)``
-  from ``fedcure_app.client_app.app(message, context)`` (Flower's own ClientApp call), or
+  from ``fedcure_app.flower.client_app.app(message, context)`` (Flower's own ClientApp call), or
   ``("error", reason)`` when the ClientApp raised; ``startup_s``: seconds of this message the
   executor spent starting this trainer (reported with the reply as ``startup-s``);
 - ``("ping",)`` → ``("pong", pid)``.
@@ -34,7 +34,7 @@ def serve(conn: Connection, data_file: str | None = None) -> int:
     node data file to load before saying ready."""
     from flwr.supercore.task_identity import TaskIdentity
 
-    import fedcure_app.client_app as client_app
+    import fedcure_app.flower.client_app as client_app
 
     if data_file:
         try:
@@ -43,7 +43,7 @@ def serve(conn: Connection, data_file: str | None = None) -> int:
         except Exception as err:  # noqa: BLE001 - the first message loads it (and says why)
             log.warning("could not preload %s (the first message will load it): %s",
                         data_file, err)
-    from fedcure_app.processes import release_memory
+    from fedcure_app.runtime.processes import release_memory
 
     release_memory()  # what loading and the warm-up needed once
     conn.send(("ready", os.getpid()))
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
-    from fedcure_app.tracing import set_role
+    from fedcure_app.runtime.tracing import set_role
 
     set_role("trainer")
     conn = Connection(args.fd)

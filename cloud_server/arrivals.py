@@ -3,8 +3,9 @@
 Checks before any state changes (:meth:`Arrivals.check`, :meth:`~Arrivals.too_stale`), then one
 arrival applied whole or not at all (:meth:`~Arrivals.arrive`), and failover: a coalition
 marked lost and its slot refilled (:meth:`~Arrivals.lose`), or taken back
-(:meth:`~Arrivals.take_back`). The controller makes one at formation and calls the methods that
-change state holding its lock; each of them writes the checkpoint before it returns.
+(:meth:`~Arrivals.take_back`). The controller's :class:`~cloud_server.formed.FormedRun` makes
+one at formation and calls the methods that change state holding the controller's lock; each of
+them writes the checkpoint before it returns.
 
 Records carry the simulation engine's keys: round, time_s (wall seconds since round 0 was
 dispatched), coalition, staleness, xi, latency_s (measured by the cloud), estimate_s, version,

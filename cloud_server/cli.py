@@ -208,7 +208,7 @@ async def _run(args: argparse.Namespace, cfg: Any, evaluator: Any, credentials: 
     if result is None:
         controller = service.controller
         if controller.strategy is not None and controller.records:
-            partial = await asyncio.to_thread(controller.write_results)
+            partial = await asyncio.to_thread(controller.formed.write_results)
             log.info("stopped after %d of %d rounds; partial results in %s",
                      partial["rounds"], cfg.run.global_rounds, args.out)
         else:
@@ -220,7 +220,7 @@ async def _run(args: argparse.Namespace, cfg: Any, evaluator: Any, credentials: 
 def main(argv: list[str] | None = None) -> int:
     # gRPC core logs bind failures on its own; keep stderr to our one line
     # (libraries such as Ray set GRPC_VERBOSITY=ERROR, which still prints them; keep DEBUG/INFO)
-    from fedcure_app.processes import quiet_grpc
+    from fedcure_app.runtime.processes import quiet_grpc
 
     quiet_grpc()
     args = build_parser().parse_args(argv)

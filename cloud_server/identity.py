@@ -25,7 +25,7 @@ from typing import Any
 import grpc
 
 from cloud_server.errors import CloudError
-from fedcure_app.edge_identity import EDGE_CN, edge_common_name, new_edge_tokens
+from fedcure_app.protocol.edge_identity import EDGE_CN, edge_common_name, new_edge_tokens
 
 
 def load_edge_tokens(path: str | Path) -> dict[int, str]:

@@ -11,12 +11,18 @@ coalition is always in flight and s_m = (1/L_m) / Σ_j 1/L_j exactly). Lyapunov 
 the virtual queue Q_m mean-rate stable only when δ_m ≤ s_m: Q_m grows by δ_m each round and
 falls by 1 only when m is scheduled, so with δ_m > s_m it climbs without bound (by about
 δ_m − s_m per round) however the scheduler chooses, and the participation constraint of
-problem (P) cannot be met for m. Pure numpy.
+problem (P) cannot be met for m. Pure numpy; :func:`reach_warnings` words and logs the
+findings.
 """
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
 import numpy as np
+
+log = logging.getLogger("fedcure.cloud")
 
 
 def max_shares(latency_s: np.ndarray, k: int) -> np.ndarray:
@@ -43,4 +49,27 @@ def unreachable(delta: np.ndarray, latency_s: np.ndarray, k: int, margin: float 
     return [(i, float(d[i]), float(cap[i])) for i in range(d.size) if d[i] > cap[i] + margin]
 
 
-__all__ = ["max_shares", "unreachable"]
+
+def reach_warnings(delta: np.ndarray, latency_s: np.ndarray, k: int, source: str
+                   ) -> list[dict[str, Any]]:
+    """One warning (logged, and as result.json's ``warnings`` entry) per coalition whose target
+    share δ_m exceeds what ``k`` concurrent slots and its latency (from ``source``) allow; none
+    when the latencies say nothing (e.g. a non-finite estimate)."""
+    try:
+        bad = unreachable(delta, latency_s, k)
+    except ValueError as err:
+        log.debug("reachability check skipped: %s", err)
+        return []
+    out = []
+    for m, share, cap in bad:
+        text = (f"coalition {m}: target share delta {share:.3f} is out of reach: with at "
+                f"most {k} coalitions in flight and its latency (from "
+                f"{source}) it can get at most {cap:.3g} of the rounds; its virtual queue "
+                "will grow without bound (not mean-rate stable)")
+        log.warning("%s", text)
+        out.append({"kind": "unreachable-share", "coalition": m, "delta": share,
+                    "max_share": cap, "source": source, "detail": text})
+    return out
+
+
+__all__ = ["max_shares", "reach_warnings", "unreachable"]

@@ -18,7 +18,7 @@ import numpy as np
 from fedcure_app.config import FedCureConfig
 from fedcure_app.protocol import cloud_pb2 as pb
 from fedcure_app.protocol.codec import CodecError, profile_from_proto
-from fedcure_app.supernode_auth import check_supernode_key
+from fedcure_app.flower.supernode_auth import check_supernode_key
 from cloud_server import validation as door
 from cloud_server.formation import natural_key
 from cloud_server.refusal import Reason, Refusal

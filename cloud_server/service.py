@@ -185,7 +185,7 @@ class CloudService:
         """A client joins: answered with its ids and its ES's address once formation ran and
         that ES connected (see the module docstring)."""
         self._check_token(request.token)
-        entry = self.controller.validate_registration(request)
+        entry = self.controller.registry.validate(request)
         client, address = await self.run.register(entry, context.time_remaining())
         return pb.RegisterReply(
             client_id=client.client_id, edge_id=client.edge_id, edge_address=address,
@@ -196,7 +196,7 @@ class CloudService:
                     ) -> pb.ClaimReply:
         """A client's stable partition index, the partition count and the configuration."""
         self._check_token(request.token)
-        index = self.controller.claim(
+        index = self.controller.registry.claim(
             request.client_name,
             request.partition_id if request.HasField("partition_id") else None)
         cfg = self.controller.cfg
@@ -211,7 +211,8 @@ class CloudService:
         m = self._check_edge(request.token, request.edge_id, context)
         return pb.MembersReply(members=[
             pb.Member(client_id=c.client_id, client_name=c.name,
-                      supernode_public_key=c.supernode_key) for c in self.controller.members(m)])
+                      supernode_public_key=c.supernode_key)
+            for c in self.controller.registry.members(m)])
 
     async def Connect(self, request: pb.ConnectRequest, context: grpc.aio.ServicerContext
                       ) -> AsyncIterator[WithModel]:

@@ -4,11 +4,11 @@ Flower starts it in a ``flwr-serverapp`` process. Its run config (written by
 :func:`edge_server.superlink.edge_run_config`) names the edge's settings file in ``edge-file``;
 :func:`run_edge_role` reads it and hands this SuperLink's grid to
 :func:`edge_server.serve.serve_edge`, which serves the cloud's tasks with
-:func:`fedcure_app.edge.run_edge_task` until training is over.
+:func:`fedcure_app.flower.edge.run_edge_task` until training is over.
 
 :data:`edge_server.superlink.EDGE_SERVERAPP` names it in the generated app's
 ``pyproject.toml``. It lives in the role package because it is the role's work: the library's
-ServerApp (:mod:`fedcure_app.server_app`) runs the simulation and knows nothing of the roles.
+ServerApp (:mod:`fedcure_app.flower.server_app`) runs the simulation and knows nothing of the roles.
 """
 
 from __future__ import annotations
@@ -23,16 +23,17 @@ from flwr.superlink.grid import http_grid
 
 from edge_server.serve import serve_edge
 from edge_server.settings import EdgeSettings
-from fedcure_app.app_config import AppOptions, app_options
-from fedcure_app.object_pulls import quick_pulls
-from fedcure_app.tracing import set_role
+from fedcure_app.flower.app_config import AppOptions, app_options
+from fedcure_app.flower.object_pulls import quick_pulls
+from fedcure_app.runtime.tracing import set_role
 
 app = ServerApp()
 
 
 def run_edge_role(grid: Grid, run_config: dict[str, Any], opts: AppOptions) -> None:
     """The deployed edge server: serve the cloud's tasks with
-    :func:`fedcure_app.edge.run_edge_task` on this SuperLink's grid until training is over."""
+    :func:`fedcure_app.flower.edge.run_edge_task` on this SuperLink's grid until training is
+    over."""
     if not opts.edge_file:
         raise ValueError("role 'edge' needs the run-config key edge-file (start the edge with "
                          "fedcure-edge, which writes it)")
@@ -40,8 +41,9 @@ def run_edge_role(grid: Grid, run_config: dict[str, Any], opts: AppOptions) -> N
     set_role(f"edge{settings.edge_id}")
     # a reply is listed before its objects land: retry them after 10 ms, not Flower's 1 s, and
     # give up on a reply whose objects never come (its client died uploading) after half the
-    # edge timeout, not after the SuperLink's upload session expires (fedcure_app.object_pulls;
-    # the messages live twice the timeout, so the other replies outlast that wait)
+    # edge timeout, not after the SuperLink's upload session expires
+    # (fedcure_app.flower.object_pulls; the messages live twice the timeout, so the other replies
+    # outlast that wait)
     timeout = settings.edge_timeout_s
     quick_pulls(http_grid, "pull_objects", max_time_s=timeout / 2 if timeout else None)
     log(INFO, "[fedcure] edge %d: serving the cloud at %s; clients reach this SuperLink at %s",

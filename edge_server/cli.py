@@ -214,7 +214,7 @@ def run_edge(args: argparse.Namespace, stop: threading.Event) -> int:
         write_app_dir,
         write_flwr_home,
     )
-    from fedcure_app.processes import check_bindable, split_address
+    from fedcure_app.runtime.processes import check_bindable, split_address
 
     tls = _check_files(args)
     if args.supernode_auth and tls is None:
@@ -264,8 +264,8 @@ def run_edge(args: argparse.Namespace, stop: threading.Event) -> int:
     if args.supernode_auth:
         from edge_server.keys import KeyRegistrar
         from edge_server.superlink import CONNECTION
-        from fedcure_app.flower_tools import flower_bin
-        from fedcure_app.processes import flower_env
+        from fedcure_app.flower.tools import flower_bin
+        from fedcure_app.runtime.processes import flower_env
 
         registrar = KeyRegistrar(channel, args.edge_id, args.token, keys_dir=work / "keys",
                                  connection=CONNECTION, env=flower_env(work / "flwr-home"),
@@ -320,7 +320,7 @@ def run_edge(args: argparse.Namespace, stop: threading.Event) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from fedcure_app.processes import quiet_grpc, role_start
+    from fedcure_app.runtime.processes import quiet_grpc, role_start
 
     quiet_grpc()
     args = build_parser().parse_args(argv)

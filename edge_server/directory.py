@@ -1,7 +1,8 @@
 """Which Flower node runs which FedCure client, on a deployed edge's SuperLink.
 
 SuperNodes register with the SuperLink under random node ids; each one's ClientApp answers a
-``query`` Message with its node config's ``client-id`` (:func:`fedcure_app.client_app.query`).
+``query`` Message with its node config's ``client-id``
+(:func:`fedcure_app.flower.client_app.query`).
 :class:`NodeDirectory` queries every node it has not identified yet, drops nodes that left
 (``grid.get_node_ids()`` no longer lists them), and answers which clients are reachable.
 A client that restarts gets a new node id; the latest node claiming a client id wins.

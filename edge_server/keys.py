@@ -2,8 +2,8 @@
 
 :class:`KeyRegistrar` asks the cloud for this ES's members (``EdgeLink.Members``) every
 ``every_s`` seconds and registers each new or changed SuperNode public key with the local
-SuperLink (:func:`fedcure_app.supernode_auth.register_supernode_key`), so that the clients the
-cloud assigned here, and no one else, can connect their SuperNodes.
+SuperLink (:func:`fedcure_app.flower.supernode_auth.register_supernode_key`), so that the clients
+the cloud assigned here, and no one else, can connect their SuperNodes.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class KeyRegistrar:
         import grpc
 
         from fedcure_app.protocol import cloud_pb2 as pb
-        from fedcure_app.supernode_auth import RegistrationError, register_supernode_key
+        from fedcure_app.flower.supernode_auth import RegistrationError, register_supernode_key
 
         try:
             reply = self.stub.Members(pb.MembersRequest(edge_id=self.edge_id, token=self.token),

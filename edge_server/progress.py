@@ -1,9 +1,9 @@
 """The edge's live progress inside a task, reported to the cloud with ``EdgeLink.Progress``.
 
-:func:`fedcure_app.edge.run_edge_task` calls :meth:`ProgressReporter.update` (edge round being
-trained, clients still training) from the training thread; a background thread sends the latest
-state to the cloud whenever it changed, and re-sends it every ``heartbeat_s`` seconds while a task
-runs, so the cloud's log moves even while one slow client trains. Reports are best effort: a
+:func:`fedcure_app.flower.edge.run_edge_task` calls :meth:`ProgressReporter.update` (edge round
+being trained, clients still training) from the training thread; a background thread sends the
+latest state to the cloud whenever it changed, and re-sends it every ``heartbeat_s`` seconds while a
+task runs, so the cloud's log moves even while one slow client trains. Reports are best effort: a
 failed send is logged at debug level and never delays or fails the task; a cloud without the RPC
 (UNIMPLEMENTED) is not asked again.
 """

@@ -5,8 +5,8 @@ address its clients reach the SuperLink at) and, for every task on the stream:
 
 1. maps the task's client ids to Flower nodes (:class:`~edge_server.directory.NodeDirectory`,
    waiting up to ``discovery_timeout_s`` for SuperNodes that have not connected yet);
-2. runs τ_e synchronous FedAvg rounds with :func:`fedcure_app.edge.run_edge_task` on a
-   :class:`~fedcure_app.edge.CoalitionGrid` (each client's frequency directive travels in its
+2. runs τ_e synchronous FedAvg rounds with :func:`fedcure_app.flower.edge.run_edge_task` on a
+   :class:`~fedcure_app.flower.edge.CoalitionGrid` (each client's frequency directive travels in its
    ConfigRecord; clients that fail are dropped);
 3. answers with ``Submit`` (edge model, sample count, per-client stats, measured latency).
 
@@ -33,7 +33,7 @@ from flwr.serverapp import Grid
 from edge_server.directory import NodeDirectory
 from edge_server.progress import ProgressReporter
 from edge_server.settings import EdgeSettings
-from fedcure_app.edge import CoalitionGrid, EdgeTaskError, run_edge_task
+from fedcure_app.flower.edge import CoalitionGrid, EdgeTaskError, run_edge_task
 from fedcure_app.protocol import cloud_pb2 as pb
 from fedcure_app.protocol import cloud_pb2_grpc as pb_grpc
 from fedcure_app.protocol.codec import EdgeLinkClient, result_to_wire, task_from_proto
@@ -77,7 +77,7 @@ def watch_parent(pid: int | None, on_gone: Any = None, interval_s: float = 0.5) 
     the ``fedcure-edge`` that started it."""
     if not pid:
         return
-    from fedcure_app.processes import alive
+    from fedcure_app.runtime.processes import alive
 
     def run() -> None:
         while alive(pid):

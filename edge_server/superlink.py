@@ -5,8 +5,8 @@ Flower 1.41 serves the Fleet, Control and runtime (ServerAppIo) APIs over HTTP o
 The SuperLink still opens its legacy gRPC Fleet and Control servers (ports 9092 and 9093 by
 default); they are put on free 127.0.0.1 ports so that several edges share a host.
 
-Every Flower process runs with :data:`fedcure_app.processes.FLOWER_OFFLINE_ENV` and a private
-``FLWR_HOME`` inside the edge's work directory, whose ``config.toml`` names one SuperLink
+Every Flower process runs with :data:`fedcure_app.runtime.processes.FLOWER_OFFLINE_ENV` and a
+private ``FLWR_HOME`` inside the edge's work directory, whose ``config.toml`` names one SuperLink
 connection, ``fedcure-edge``, for ``flwr run``. The app directory holds only a generated
 ``pyproject.toml`` (components = the installed edge ServerApp :mod:`edge_server.app` and the
 FedCure ClientApp, run config = defaults with ``role = "edge"`` and ``edge-file``).
@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fedcure_app.flower_tools import flower_bin
-from fedcure_app.flower_tools import write_app_dir as write_flower_app_dir
-from fedcure_app.processes import Child, flower_env, free_ports, port_open
+from fedcure_app.flower.tools import flower_bin
+from fedcure_app.flower.tools import write_app_dir as write_flower_app_dir
+from fedcure_app.runtime.processes import Child, flower_env, free_ports, port_open
 
 log = logging.getLogger("fedcure.edge")
 
@@ -71,7 +71,7 @@ def write_app_dir(path: Path, run_config: dict[str, Any]) -> Path:
 
 def edge_run_config(edge_file: Path) -> dict[str, Any]:
     """The run config of the edge ServerApp: every key at its default, role edge, edge-file."""
-    from fedcure_app.app_config import default_run_config
+    from fedcure_app.flower.app_config import default_run_config
 
     rc = default_run_config()
     rc.pop("executor", None)

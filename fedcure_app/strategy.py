@@ -50,6 +50,30 @@ class Dispatch:
     t_hat_round_s: float
     t_hat_s: float
 
+    def to_state(self) -> dict[str, Any]:
+        """JSON-safe form for a checkpoint (the coalition is the key it is stored under)."""
+        return {
+            "round": self.round,
+            "version": self.version,
+            "clients": list(self.clients),
+            "frequencies_ghz": {str(k): v for k, v in self.frequencies_ghz.items()},
+            "t_hat_round_s": self.t_hat_round_s,
+            "t_hat_s": self.t_hat_s,
+        }
+
+    @classmethod
+    def from_state(cls, coalition: int, d: dict[str, Any]) -> Dispatch:
+        """The dispatch :meth:`to_state` saved for ``coalition``."""
+        return cls(
+            round=int(d["round"]),
+            coalition=int(coalition),
+            version=int(d["version"]),
+            clients=tuple(int(c) for c in d["clients"]),
+            frequencies_ghz={int(k): float(v) for k, v in d["frequencies_ghz"].items()},
+            t_hat_round_s=float(d["t_hat_round_s"]),
+            t_hat_s=float(d["t_hat_s"]),
+        )
+
 
 @dataclass(frozen=True)
 class EdgeUpdate:
@@ -180,32 +204,10 @@ class FedCureStrategy:
                 f"coalition {m} trained from version {update.base_version}, "
                 f"but was sent version {sent.version}"
             )
-        if len(update.arrays) != len(self.global_arrays):
-            raise ValueError(
-                f"edge model has {len(update.arrays)} tensors, expected {len(self.global_arrays)}"
-            )
-        if not math.isfinite(update.latency_s) or update.latency_s <= 0:
-            raise ValueError(f"latency must be positive seconds, got {update.latency_s}")
-        staleness = self.version - update.base_version
-        xi = staleness_weight(staleness, self.method.ell, self.method.k)
-        self.global_arrays = cloud_update(self.global_arrays, update.arrays, xi)
-        estimate = float(self.estimator.mean()[m])
-        self.estimator.update(m, update.latency_s)
+        self._check_model(update)
+        record = self._mix(update, self.version - update.base_version)
         del self.in_flight[m]
-        self.version += 1
-        self.round += 1
-        self.participation[m] += 1
-        return RoundRecord(
-            round=self.round,
-            coalition=m,
-            staleness=staleness,
-            xi=xi,
-            latency_s=float(update.latency_s),
-            estimate_s=estimate,
-            version=self.version,
-            queues=[],
-            dispatched=[],
-        )
+        return record
 
     def dispatch(self) -> list[Dispatch]:
         """Fill free slots with scheduler decisions and update the queues once for this round.
@@ -293,12 +295,25 @@ class FedCureStrategy:
         if staleness > max_staleness:
             raise ValueError(f"staleness {staleness} exceeds the late-answer bound "
                              f"{max_staleness}")
+        self._check_model(update)
+        record = self._mix(update, staleness)
+        record.extra["late"] = True
+        return record
+
+    def _check_model(self, update: EdgeUpdate) -> None:
+        """ValueError unless the edge model has this model's tensor count and its latency is
+        positive finite seconds."""
         if len(update.arrays) != len(self.global_arrays):
             raise ValueError(
                 f"edge model has {len(update.arrays)} tensors, expected {len(self.global_arrays)}"
             )
         if not math.isfinite(update.latency_s) or update.latency_s <= 0:
             raise ValueError(f"latency must be positive seconds, got {update.latency_s}")
+
+    def _mix(self, update: EdgeUpdate, staleness: int) -> RoundRecord:
+        """One global round: ω ← (1 − ξ)·ω + ξ·ω_m with ξ = ℓ·k^φ (φ = ``staleness``), the
+        estimator learns the latency, version and round advance."""
+        m = update.coalition
         xi = staleness_weight(staleness, self.method.ell, self.method.k)
         self.global_arrays = cloud_update(self.global_arrays, update.arrays, xi)
         estimate = float(self.estimator.mean()[m])
@@ -308,8 +323,7 @@ class FedCureStrategy:
         self.participation[m] += 1
         return RoundRecord(round=self.round, coalition=m, staleness=staleness, xi=xi,
                            latency_s=float(update.latency_s), estimate_s=estimate,
-                           version=self.version, queues=[], dispatched=[],
-                           extra={"late": True})
+                           version=self.version, queues=[], dispatched=[])
 
     # ------------------------------------------------------------------ undo
     def undo_point(self) -> dict[str, Any]:
@@ -355,17 +369,7 @@ class FedCureStrategy:
             "global_arrays": [np.array(a, copy=True) for a in self.global_arrays],
             "scheduler": self.scheduler.state_dict(),
             "estimator": self.estimator.state_dict(),
-            "in_flight": {
-                str(m): {
-                    "round": d.round,
-                    "version": d.version,
-                    "clients": list(d.clients),
-                    "frequencies_ghz": {str(k): v for k, v in d.frequencies_ghz.items()},
-                    "t_hat_round_s": d.t_hat_round_s,
-                    "t_hat_s": d.t_hat_s,
-                }
-                for m, d in self.in_flight.items()
-            },
+            "in_flight": {str(m): d.to_state() for m, d in self.in_flight.items()},
             "unavailable": sorted(self.unavailable),
             "participation": self.participation.tolist(),
         }
@@ -383,17 +387,7 @@ class FedCureStrategy:
         self._started = bool(state["started"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.estimator.load_state_dict(state["estimator"])
-        self.in_flight = {
-            int(m): Dispatch(
-                round=int(d["round"]),
-                coalition=int(m),
-                version=int(d["version"]),
-                clients=tuple(int(c) for c in d["clients"]),
-                frequencies_ghz={int(k): float(v) for k, v in d["frequencies_ghz"].items()},
-                t_hat_round_s=float(d["t_hat_round_s"]),
-                t_hat_s=float(d["t_hat_s"]),
-            )
-            for m, d in state["in_flight"].items()
-        }
+        self.in_flight = {int(m): Dispatch.from_state(int(m), d)
+                          for m, d in state["in_flight"].items()}
         self.unavailable = {int(m) for m in state["unavailable"]}
         self.participation = np.asarray(state["participation"], dtype=np.int64)

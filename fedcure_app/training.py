@@ -4,7 +4,7 @@ Lean on purpose: the data are turned into tensors once per call (numpy arrays ar
 ``torch.from_numpy``, no copy when already float32/int64), mini-batches are gathered by index from
 a seeded ``torch.Generator`` permutation (without replacement within an epoch, a fresh permutation
 for every epoch), and there is no DataLoader and no worker process. Thread count is set once per
-process by :func:`configure_threads` (the policy of :mod:`fedcure_app.threads`: 1 by default),
+process by :func:`configure_threads` (the policy of :mod:`fedcure_app.runtime.threads`: 1 by default),
 not per call.
 """
 
@@ -87,12 +87,12 @@ def resolve_device(name: str) -> torch.device:
 def configure_threads(n: int | None = None) -> int:
     """Set torch's intra-op thread count for this process by the thread policy; return it.
 
-    ``n`` defaults to the policy of :mod:`fedcure_app.threads` (``$FEDCURE_NUM_THREADS``, else
+    ``n`` defaults to the policy of :mod:`fedcure_app.runtime.threads` (``$FEDCURE_NUM_THREADS``, else
     ``$OMP_NUM_THREADS``, else 1 thread). :func:`train_local` and :func:`evaluate` call this
     with the default on their first use unless it was called before.
     """
     global _threads_configured
-    from fedcure_app.threads import apply_thread_policy
+    from fedcure_app.runtime.threads import apply_thread_policy
 
     _threads_configured = apply_thread_policy(n)
     logger.debug("torch intra-op threads: %d", _threads_configured)

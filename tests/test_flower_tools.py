@@ -1,5 +1,5 @@
 """The shared Flower helpers: console scripts and generated app directories, for the simulation
-(``flower_run``) and the edge role (``edge_server.superlink``) alike."""
+(:mod:`fedcure_app.flower.run`) and the edge role (``edge_server.superlink``) alike."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from flwr.serverapp import ServerApp
 from edge_server.superlink import EDGE_SERVERAPP
 from edge_server.superlink import write_app_dir as write_edge_app_dir
 from fedcure_app.errors import UsageError
-from fedcure_app.flower_tools import CLIENTAPP, SIMULATION_SERVERAPP, flower_bin, write_app_dir
+from fedcure_app.flower.tools import CLIENTAPP, SIMULATION_SERVERAPP, flower_bin, write_app_dir
 
 
 def _load(component: str):
@@ -58,7 +58,7 @@ def test_every_command_raises_the_same_usage_error():
 def test_ray_node_metric_names_the_ray_node_only_inside_ray(monkeypatch):
     from types import SimpleNamespace
 
-    from fedcure_app.flower_tools import ray_node_metric
+    from fedcure_app.flower.tools import ray_node_metric
 
     monkeypatch.delitem(sys.modules, "ray", raising=False)
     assert ray_node_metric() == {}

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fedcure_app import tracing
-from fedcure_app.hops import MESSAGE_HOPS, hop_table, message_times, round_hops, stats
+from fedcure_app.runtime import tracing
+from fedcure_app.runtime.hops import MESSAGE_HOPS, hop_table, message_times, round_hops, stats
 
 # one message's path: (event, seconds after the push); sn.sending/sn.sent carry the reply id
 PATH = [("edge.push", 0.0), ("sn.receive", 0.030), ("sn.received", 0.040),
@@ -140,7 +140,7 @@ def test_the_supernode_log_lines_the_tracer_reads_are_still_flowers():
 
     from flwr.supernode import start_client_internal
 
-    from fedcure_app.object_pulls import SUPPORTED, version_problem
+    from fedcure_app.flower.object_pulls import SUPPORTED, version_problem
 
     assert version_problem(None, SUPPORTED) is None
     source = inspect.getsource(start_client_internal)

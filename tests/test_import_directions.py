@@ -9,6 +9,10 @@ Every module of the four packages is parsed with :mod:`ast` (nothing is imported
 - a role does not import a driver (``fedcure_app.simulation``, ``.experiments``, ``.cli``);
 - no module imports a private (leading underscore) name or module from another package;
 - ``fedcure_app.core`` imports only the standard library, numpy, scipy and scikit-learn;
+- Flower (``flwr``) is imported in the library only by ``fedcure_app.flower`` and the drivers,
+  and ``fedcure_app.flower`` is imported in the library only by the drivers: the method, the
+  data, the devices and the runtime plumbing know nothing of Flower;
+- ``fedcure_app.runtime`` (processes, threads, tracing) imports no other first-party module;
 - no import cycle between modules, except the ones listed in :data:`KNOWN_CYCLES`, each of which
   must still exist (so the list shrinks as they are removed).
 """
@@ -26,11 +30,15 @@ ROOT = Path(__file__).resolve().parents[1]
 LIBRARY = "fedcure_app"
 ROLES = ("cloud_server", "edge_server", "client")
 DRIVERS = ("fedcure_app.simulation", "fedcure_app.experiments", "fedcure_app.cli",
-           "fedcure_app.flower_run")
+           "fedcure_app.flower.run")
 #: The Flower run-config module: the simulation builds its federation without it
 #: (fedcure_app.federation is the one builder; docs/DESIGN.md).
-FLOWER_CONFIG = "fedcure_app.app_config"
+FLOWER_CONFIG = "fedcure_app.flower.app_config"
 SIMULATION = "fedcure_app.simulation"
+#: Everything that uses Flower's APIs (``flwr``) in the library.
+FLOWER = "fedcure_app.flower"
+#: Process plumbing under everything else: child processes, thread policy, tracing.
+RUNTIME = "fedcure_app.runtime"
 CORE = "fedcure_app.core"
 CORE_MAY_IMPORT = frozenset({"numpy", "scipy", "sklearn"})
 
@@ -115,6 +123,10 @@ def _within(name: str, prefix: str) -> bool:
     return name == prefix or name.startswith(prefix + ".")
 
 
+def _is_driver(name: str) -> bool:
+    return any(_within(name, d) for d in DRIVERS)
+
+
 def direction_violations(modules: dict[str, Module], edges: list[Edge]) -> list[str]:
     """One line per import that breaks a direction, privacy or purity rule."""
     bad: list[str] = []
@@ -124,10 +136,19 @@ def direction_violations(modules: dict[str, Module], edges: list[Edge]) -> list[
             bad.append(f"library imports a role: {e.where()}")
         if src in ROLES and dst in ROLES and src != dst:
             bad.append(f"a role imports another role: {e.where()}")
-        if src in ROLES and any(_within(e.target, d) for d in DRIVERS):
+        if src in ROLES and _is_driver(e.target):
             bad.append(f"a role imports a driver: {e.where()}")
         if _within(e.source, SIMULATION) and _within(e.target, FLOWER_CONFIG):
             bad.append(f"the simulation imports the Flower run config: {e.where()}")
+        if (_top(e.source) == LIBRARY and _top(e.target) == "flwr"
+                and not _within(e.source, FLOWER) and not _is_driver(e.source)):
+            bad.append(f"Flower imported outside fedcure_app.flower: {e.where()}")
+        if (_top(e.source) == LIBRARY and _within(e.target, FLOWER)
+                and not _within(e.source, FLOWER) and not _is_driver(e.source)):
+            bad.append(f"fedcure_app.flower imported outside it and the drivers: {e.where()}")
+        if (_within(e.source, RUNTIME) and _top(e.target) in (LIBRARY, *ROLES)
+                and not _within(e.target, RUNTIME)):
+            bad.append(f"runtime imports the project: {e.where()}")
         if _within(e.source, CORE) and not _within(e.target, CORE):
             top = _top(e.target)
             if top not in sys.stdlib_module_names and top not in CORE_MAY_IMPORT:
@@ -216,7 +237,8 @@ def test_the_federation_has_one_builder(project):
     assert "fedcure_app.simulation.flower_run" not in modules
     assert not [e.where() for e in edges
                 if _within(e.source, SIMULATION) and _within(e.target, FLOWER_CONFIG)]
-    from fedcure_app import app_config, federation
+    from fedcure_app import federation
+    from fedcure_app.flower import app_config
 
     assert callable(federation.partition_for) and callable(federation.profiles_for)
     assert not hasattr(app_config, "partition_for") and not hasattr(app_config, "profiles_for")
@@ -270,6 +292,31 @@ def test_checker_reports_every_kind_of_wrong_arrow(tmp_path):
     # numpy and a private module of core's own package are fine
     assert not any(f"fedcure_app.core.pure (line {n})" in b for n in (1, 3) for b in bad)
     assert len(bad) == 7, bad
+
+
+def test_checker_keeps_flower_in_its_package_and_the_runtime_below_all(tmp_path):
+    _write(tmp_path, {
+        "fedcure_app/__init__.py": "",
+        "fedcure_app/training.py": "import flwr\n",
+        "fedcure_app/strategy.py": "from fedcure_app.flower.edge import run\n",
+        "fedcure_app/flower/__init__.py": "",
+        "fedcure_app/flower/edge.py": ("from flwr.serverapp import Grid\n"
+                                       "from fedcure_app.runtime.tracing import trace\n"),
+        "fedcure_app/simulation/__init__.py": "",
+        "fedcure_app/simulation/flower_executor.py": ("from flwr.app import Message\n"
+                                                      "from fedcure_app.flower.edge import run\n"),
+        "fedcure_app/runtime/__init__.py": "",
+        "fedcure_app/runtime/tracing.py": "import json\nfrom fedcure_app import training\n",
+    })
+    modules = collect_modules(tmp_path, (LIBRARY,))
+    bad = direction_violations(modules, import_edges(modules))
+    assert any(b.startswith("Flower imported outside fedcure_app.flower: fedcure_app.training")
+               for b in bad)
+    assert any(b.startswith("fedcure_app.flower imported outside it and the drivers: "
+                            "fedcure_app.strategy") for b in bad)
+    assert any(b.startswith("runtime imports the project: fedcure_app.runtime.tracing (line 2)")
+               for b in bad)
+    assert len(bad) == 3, bad  # the Flower package and a driver may use Flower
 
 
 def test_checker_finds_cycles_through_lazy_and_relative_imports(tmp_path):

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from fedcure_app.packing import is_packed, pack, unpack
+from fedcure_app.flower.packing import is_packed, pack, unpack
 from tests.simulation.fake_grid import task_identity
 
 shapes_st = st.lists(hnp.array_shapes(min_dims=1, max_dims=4, min_side=1, max_side=5),

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-import fedcure_app.processes as processes
-from fedcure_app.processes import Child, alive, descendants
+import fedcure_app.runtime.processes as processes
+from fedcure_app.runtime.processes import Child, alive, descendants
 
 
 def test_poll_scans_proc_at_most_every_few_seconds(monkeypatch: pytest.MonkeyPatch):

@@ -2,7 +2,7 @@
 
     python3 bench/flower_stock/run_stock.py '{"data-dir": "/path/to/mnist", "num-server-rounds": 23}'
 
-Drives the runtime in-process, the way ``fedcure_app.flower_run`` does for the
+Drives the runtime in-process, the way ``fedcure_app.flower.run`` does for the
 FedCure app (virtual SuperNodes on Ray, one ClientApp actor per CPU), so that no SuperLink with
 fixed ports has to be started on a machine other people share; ``flwr run bench/flower_stock``
 runs the same app through a SuperLink (see ``pyproject.toml``). The printed ``seconds`` is the
@@ -29,7 +29,7 @@ def main(overrides: dict) -> dict:
     from flwr.simulation.run_simulation import _run_simulation
     from flwr.supercore.telemetry import EventType
 
-    from fedcure_app.flower_run import _offline_defaults, ray_failed_to_start
+    from fedcure_app.flower.run import _offline_defaults, ray_failed_to_start
     from stock_app.client_app import app as client_app
     from stock_app.server_app import app as server_app
 

@@ -151,7 +151,7 @@ def make_certificates(hosts: list[str], days: int = 365, client_name: str = "fed
     if edges:
         import json
 
-        from fedcure_app.edge_identity import edge_common_name, new_edge_tokens
+        from fedcure_app.protocol.edge_identity import edge_common_name, new_edge_tokens
 
         tokens = new_edge_tokens(edges)
         for m, token in tokens.items():

@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError("--variants applies to 'fedcure experiment ablation' only")
         from fedcure_app.experiments.ablation import parse_variants
         variants = parse_variants(args.variants)
-    configure_threads(args.threads)  # the thread policy (fedcure_app.threads), logged once
+    configure_threads(args.threads)  # the thread policy (fedcure_app.runtime.threads), logged once
     workers = resolve_workers(args.workers)
     datasets = parse_datasets(args.dataset)
     experiments = parse_experiments(args.name)

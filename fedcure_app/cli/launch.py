@@ -192,7 +192,7 @@ def dashboard_address(address: str) -> str:
     import socket
 
     from fedcure_app.live.server import parse_address
-    from fedcure_app.processes import free_port
+    from fedcure_app.runtime.processes import free_port
 
     host, port = parse_address(address)
     fmt = f"[{host}]" if ":" in host else host
@@ -236,7 +236,7 @@ class Site:
 
     def port_open(self, role: str, host: str, port: int) -> bool:
         """Whether ``role``'s ``host:port`` accepts connections."""
-        from fedcure_app.processes import port_open
+        from fedcure_app.runtime.processes import port_open
 
         return port_open(host, port)
 
@@ -304,7 +304,7 @@ def start_roles(cfg: FedCureConfig, args: argparse.Namespace, out: Path, roles: 
                 site: Site | None = None) -> dict[str, Any]:
     """Start cloud, edges and clients (in that order) where ``site`` says (default: all on
     127.0.0.1); return the launch record."""
-    from fedcure_app.processes import Child, free_port, free_ports
+    from fedcure_app.runtime.processes import Child, free_port, free_ports
 
     logs, work = out / "logs", out / "work"
     logs.mkdir(parents=True, exist_ok=True)

@@ -166,8 +166,8 @@ def _check_flower_knobs(cfg: FedCureConfig, args: argparse.Namespace) -> None:
 def _run_on_flower(cfg: FedCureConfig, out: Path) -> dict[str, Any]:
     """The same run with real Flower ClientApps on virtual SuperNodes (Flower's Simulation
     Runtime, Ray); the ServerApp writes ``out/result.json`` and the plots itself."""
-    from fedcure_app.app_config import run_config_from_config
-    from fedcure_app.flower_run import run_flower_simulation
+    from fedcure_app.flower.app_config import run_config_from_config
+    from fedcure_app.flower.run import run_flower_simulation
 
     rc = run_config_from_config(cfg)
     rc["out-dir"] = str(out.resolve())
@@ -203,7 +203,7 @@ def run(args: argparse.Namespace) -> int:
         check_new_file(args.json, "--json")
     if cfg.run.executor == "flower":
         _check_flower_knobs(cfg, args)
-    from fedcure_app.threads import apply_thread_policy
+    from fedcure_app.runtime.threads import apply_thread_policy
 
     threads = apply_thread_policy(args.threads, where="fedcure simulate", export=True)
     device = checked_device(args.device)

@@ -196,7 +196,7 @@ class _NetnsStatus:
     the cloud's namespace: the latest reply (None while the cloud does not answer)."""
 
     def __init__(self, netns: str, address: str, log_path: Path) -> None:
-        from fedcure_app.processes import Child
+        from fedcure_app.runtime.processes import Child
         from fedcure_app.testbed.netns import in_netns
 
         self._last: str = "-"
@@ -297,7 +297,7 @@ class NamespaceSite(Site):
 
         from fedcure_app.cli.launch import dashboard_address
         from fedcure_app.live.server import parse_address
-        from fedcure_app.processes import Child
+        from fedcure_app.runtime.processes import Child
         from fedcure_app.testbed.netns import in_netns
 
         shown = dashboard_address(address)

@@ -34,7 +34,7 @@ _JOB: dict[str, Any] = {}
 def _init(dataset: Dataset, cache_dir: Any, device: str, threads: int, fresh: bool) -> None:
     """Runs once in each job process: the thread policy and a runner on the shared cache."""
     from fedcure_app.experiments.runner import Runner
-    from fedcure_app.threads import apply_thread_policy
+    from fedcure_app.runtime.threads import apply_thread_policy
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
     apply_thread_policy(threads)
@@ -60,7 +60,7 @@ def run_parallel(runner: Runner, specs: list[RunSpec]) -> None:
     the runner's cache and memory. Shows runs done / total with an ETA on the runner's
     progress (a line per finished run without one). Ctrl-C stops the processes; what was
     stored stays, and a rerun resumes."""
-    from fedcure_app.threads import applied_threads
+    from fedcure_app.runtime.threads import applied_threads
 
     if runner.cache_dir is None:
         raise ValueError("--jobs needs the run cache: the job processes hand their runs over "

@@ -30,7 +30,7 @@ import numpy as np
 
 from fedcure_app.config import FedCureConfig
 from fedcure_app.data import Dataset
-from fedcure_app.processes import alive
+from fedcure_app.runtime.processes import alive
 from fedcure_app.tasks import EdgeResult, EdgeTask
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ ran (latencies come from device profiles), so the same seed gives the same sched
   trained client models come back. Bit-for-bit the same result as :class:`InProcessExecutor`
   (same seeds, same thread count, FedAvg summed in client order).
 - The Flower executor (``fedcure_app.simulation.flower_executor``) sends the same work to real
-  Flower ClientApps on virtual SuperNodes through :mod:`fedcure_app.edge`.
+  Flower ClientApps on virtual SuperNodes through :mod:`fedcure_app.flower.edge`.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import torch
 
 from fedcure_app.models import build_model
 from fedcure_app.tasks import ClientReport, EdgeResult, EdgeTask, client_train_seed
-from fedcure_app.threads import apply_thread_policy, applied_threads, available_cores
+from fedcure_app.runtime.threads import apply_thread_policy, applied_threads, available_cores
 from fedcure_app.training import EvalBatches, evaluate_batches, train_local
 
 log = logging.getLogger(__name__)

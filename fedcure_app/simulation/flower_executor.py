@@ -3,9 +3,9 @@
 :class:`FlowerExecutor` is the twin of :class:`~fedcure_app.simulation.executors.
 InProcessExecutor`: the engine hands it an :class:`~fedcure_app.tasks.EdgeTask` and gets an
 :class:`~fedcure_app.tasks.EdgeResult`. Instead of training in this process it runs
-:func:`fedcure_app.edge.run_edge_task` on a :class:`~fedcure_app.edge.CoalitionGrid` over the
-coalition's nodes, so every local step happens in a ClientApp on a (virtual) SuperNode, with
-Flower's Message API and ``FedAvg`` aggregation. Same seeds, same data, same weights: the
+:func:`fedcure_app.flower.edge.run_edge_task` on a :class:`~fedcure_app.flower.edge.CoalitionGrid`
+over the coalition's nodes, so every local step happens in a ClientApp on a (virtual) SuperNode,
+with Flower's Message API and ``FedAvg`` aggregation. Same seeds, same data, same weights: the
 schedule trace is identical and the models agree up to float32 summation order.
 
 On construction it waits until ``num_clients`` nodes are registered with the grid, then sends
@@ -29,7 +29,7 @@ from typing import Any
 from flwr.app import Message, MessageType, RecordDict
 from flwr.serverapp import Grid
 
-from fedcure_app.edge import CoalitionGrid, pull_replies, run_edge_task
+from fedcure_app.flower.edge import CoalitionGrid, pull_replies, run_edge_task
 from fedcure_app.tasks import EdgeResult, EdgeTask
 
 log = logging.getLogger(__name__)

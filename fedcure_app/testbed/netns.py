@@ -166,7 +166,7 @@ def qdisc(ns: str, dev: str) -> str:
 def destroy(prefix: str) -> list[str]:
     """Kill every process inside ``<prefix>-*`` namespaces and delete them (their veths, the
     bridge and the qdiscs go with them); return the names deleted. Raises nothing."""
-    from fedcure_app.processes import stop_pids
+    from fedcure_app.runtime.processes import stop_pids
 
     gone = []
     names = [n for n in list_namespaces() if n.startswith(f"{prefix}-")]
@@ -187,7 +187,7 @@ def clean_leftovers(base: str) -> list[str]:
     """Remove the namespaces and cgroups of earlier runs named ``<base><pid>-*`` whose process
     ``pid`` is gone (a crashed run); return the prefixes cleaned."""
     from fedcure_app.devices.cgroup import CgroupError, find_cpu_controller, remove_cgroups
-    from fedcure_app.processes import alive
+    from fedcure_app.runtime.processes import alive
 
     prefixes = set()
     for n in list_namespaces():

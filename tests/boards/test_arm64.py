@@ -133,7 +133,7 @@ def federation(arm64_root: Path, tmp_path_factory: pytest.TempPathFactory):
     """Cloud and edge native, 2 clients in the arm64 tree, TLS on loopback; the run's folder."""
     from fedcure_app.cli import main as fedcure_main
     from fedcure_app.cli.launch import Site, _security_flags, _wait_listening, config_from_args
-    from fedcure_app.processes import Child, free_port
+    from fedcure_app.runtime.processes import Child, free_port
 
     out = tmp_path_factory.mktemp("arm64")
     assert fedcure_main(["certs", "--out", str(out / "certs")]) == 0
@@ -200,7 +200,7 @@ def _diagnostics(out: Path) -> str:
 
 def _clients(out: Path) -> dict[int, dict]:
     """client id → its registration, node data and applied directives."""
-    from fedcure_app.node_data import load_node_data, read_applied
+    from fedcure_app.flower.node_data import load_node_data, read_applied
 
     found = {}
     for i in range(CLIENTS):

@@ -1,5 +1,5 @@
 """The deployed client's footprint pins (imports only where used) and its --device/--gpufreq
-options (:mod:`client.cli`, :mod:`fedcure_app.client_app`)."""
+options (:mod:`client.cli`, :mod:`fedcure_app.flower.client_app`)."""
 
 from __future__ import annotations
 
@@ -32,14 +32,14 @@ def test_relay_processes_load_neither_torch_nor_scipy() -> None:
     got = _loaded("import client.cli, client.supernode, client.executor\n"
                   "from fedcure_app.federation import partition_for, profiles_for\n"
                   "from fedcure_app.data import load_dataset\n"
-                  "import fedcure_app.node_data, fedcure_app.protocol.codec")
+                  "import fedcure_app.flower.node_data, fedcure_app.protocol.codec")
     assert not got["torch"] and not got["scipy"] and not got["sklearn"]
 
 
 def test_trainer_loads_no_scipy_and_training_loads_no_compiler_stack() -> None:
     """The trainer's ClientApp needs torch and flwr only; a training step (plain SGD) does not
     pull torch.optim's compiler stack (sympy)."""
-    got = _loaded("import fedcure_app.client_app, torch\n"
+    got = _loaded("import fedcure_app.flower.client_app, torch\n"
                   "from fedcure_app.models import build_model\n"
                   "from fedcure_app.training import train_local\n"
                   "m = build_model('digits', 10)\n"

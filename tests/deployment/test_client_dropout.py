@@ -13,8 +13,8 @@ import signal
 import time
 from pathlib import Path
 
-from fedcure_app.node_data import read_applied
-from fedcure_app.processes import Child, alive, descendants
+from fedcure_app.flower.node_data import read_applied
+from fedcure_app.runtime.processes import Child, alive, descendants
 
 ROUNDS, TAU_E, VICTIM = 4, 3, 2
 

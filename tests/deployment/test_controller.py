@@ -46,9 +46,9 @@ def formed(tmp_path=None, **flat) -> tuple[CloudController, list[TaskState]]:
 
 def answer(c: CloudController, task: TaskState, *, late: bool = False, shift: float = 0.1):
     """Check and apply the edge model ``global + shift`` for ``task`` as Submit does."""
-    c.check_submit(task, 10, 1.0, [], [])
+    c.formed.check_submit(task, 10, 1.0, [], [])
     arrays = [a + shift for a in c.strategy.global_arrays]
-    return c.arrive(task, arrays, 1.5, 1.2, 10, [], [], late)
+    return c.formed.arrive(task, arrays, 1.5, 1.2, 10, [], [], late)
 
 
 def refused(fn) -> Reason:
@@ -75,11 +75,11 @@ def test_registration_is_idempotent_and_closes_at_formation():
 
 def test_claims_are_stable_and_refused_when_taken():
     c = controller()
-    assert c.claim("a", None) == 0 and c.claim("a", None) == 0
-    assert c.claim("b", 2) == 2
-    assert refused(lambda: c.claim("c", 2)) is Reason.ALREADY_EXISTS
-    assert refused(lambda: c.claim("a", 1)) is Reason.FAILED_PRECONDITION
-    assert refused(lambda: c.claim("d", 9)) is Reason.INVALID_ARGUMENT
+    assert c.registry.claim("a", None) == 0 and c.registry.claim("a", None) == 0
+    assert c.registry.claim("b", 2) == 2
+    assert refused(lambda: c.registry.claim("c", 2)) is Reason.ALREADY_EXISTS
+    assert refused(lambda: c.registry.claim("a", 1)) is Reason.FAILED_PRECONDITION
+    assert refused(lambda: c.registry.claim("d", 9)) is Reason.INVALID_ARGUMENT
 
 
 def test_formation_gives_ids_in_natural_order_and_dispatches_round_0():
@@ -87,8 +87,8 @@ def test_formation_gives_ids_in_natural_order_and_dispatches_round_0():
     assert c.phase is Phase.TRAINING
     ids = {name: e.client_id for name, e in c.clients.items()}
     assert ids == {"c1": 0, "c2": 1, "c3": 2, "c10": 3}  # c10 after c3, not by arrival
-    assert [e.name for e in c.members(0)] == ["c1", "c2"]
-    assert [e.name for e in c.members(1)] == ["c3", "c10"]
+    assert [e.name for e in c.registry.members(0)] == ["c1", "c2"]
+    assert [e.name for e in c.registry.members(1)] == ["c3", "c10"]
     assert tasks and all(t.task_id in c.tasks for t in tasks)
     t = tasks[0]
     assert t.message.message.task_id == t.task_id and len(t.message.model_bytes()) > 0
@@ -118,12 +118,13 @@ def test_submits_are_refused_before_any_state_changes():
     m = task.dispatch.coalition
     assert refused(lambda: c.find_task("r9-c0-v0", m)) is Reason.NOT_FOUND
     assert refused(lambda: c.find_task(task.task_id, 1 - m)) is Reason.INVALID_ARGUMENT
-    assert refused(lambda: c.check_submit(task, 0, 1.0, [], [])) is Reason.INVALID_ARGUMENT
+    assert refused(lambda: c.formed.check_submit(task, 0, 1.0, [], [])) is Reason.INVALID_ARGUMENT
     stranger = pb.ClientStat(client_id=99, samples=1, seconds=1.0)
-    assert refused(lambda: c.check_submit(task, 5, 1.0, [stranger], [])) \
+    assert refused(lambda: c.formed.check_submit(task, 5, 1.0, [stranger], [])) \
         is Reason.INVALID_ARGUMENT
     answer(c, task)
-    assert refused(lambda: c.check_submit(task, 5, 1.0, [], [])) is Reason.FAILED_PRECONDITION
+    assert refused(lambda: c.formed.check_submit(task, 5, 1.0, [], [])) \
+        is Reason.FAILED_PRECONDITION
 
 
 def test_a_failed_arrival_rolls_everything_back(monkeypatch):
@@ -146,11 +147,11 @@ def test_failover_marks_the_coalition_lost_and_a_late_answer_brings_it_back():
     c, tasks = formed()
     task = tasks[0]
     m = task.dispatch.coalition
-    new = c.lose(m, task, "no answer within its deadline")
+    new = c.formed.lose(m, task, "no answer within its deadline")
     assert m in c.strategy.unavailable and task.expired == "no answer within its deadline"
     assert c.faults[-1]["kind"] == "lost" and c.faults[-1]["coalition"] == m
     assert all(t.dispatch.coalition != m for t in new)
-    assert c.too_stale(task) is None  # version unchanged: within the staleness bound
+    assert c.formed.too_stale(task) is None  # version unchanged: within the staleness bound
     arrival = answer(c, task, late=True)
     assert arrival.record["late"] is True and task.reply.accepted
     assert m not in c.strategy.unavailable
@@ -160,8 +161,8 @@ def test_failover_marks_the_coalition_lost_and_a_late_answer_brings_it_back():
 def test_take_back_makes_a_lost_coalition_schedulable():
     c, tasks = formed()
     m = tasks[0].dispatch.coalition
-    c.lose(m, tasks[0], "edge gone")
-    c.take_back(m, "its edge server connected again")
+    c.formed.lose(m, tasks[0], "edge gone")
+    c.formed.take_back(m, "its edge server connected again")
     assert m not in c.strategy.unavailable and c.faults[-1]["kind"] == "back"
 
 
@@ -234,7 +235,7 @@ def test_status_is_an_immutable_snapshot_read_without_the_lock():
     assert (snap.edges_connected, snap.num_edges) == (0, 2)
     with pytest.raises(dataclasses.FrozenInstanceError):
         snap.version = 7
-    c.edge_connected(1, "127.0.0.1:9092")
+    c.registry.edge_connected(1, "127.0.0.1:9092")
     assert c.status().edges_connected == 1 and snap.edges_connected == 0
     reply = c.status().to_proto()
     assert (reply.version, list(reply.in_flight)) == (1, list(snap.in_flight))
@@ -269,9 +270,9 @@ def test_reported_start_up_is_left_out_of_the_latency_estimate_and_its_calibrati
     for c, tasks, latency, startup in ((plain, tasks_p, 1.5, 0.0), (started, tasks_s, 1.5, 1.2),
                                        (fast, tasks_f, 0.3, 0.0)):
         task = tasks[0]
-        c.check_submit(task, 10, latency, [], [], startup)
+        c.formed.check_submit(task, 10, latency, [], [], startup)
         arrays = [a + 0.1 for a in c.strategy.global_arrays]
-        rec = c.arrive(task, arrays, latency, latency, 10, [], [], False, startup).record
+        rec = c.formed.arrive(task, arrays, latency, latency, 10, [], [], False, startup).record
         assert rec["latency_s"] == latency and rec["startup_s"] == startup
     est = {name: c.strategy.estimator for name, c in
            (("plain", plain), ("started", started), ("fast", fast))}
@@ -283,8 +284,8 @@ def test_reported_start_up_is_left_out_of_the_latency_estimate_and_its_calibrati
 
 def test_a_start_up_longer_than_the_edges_latency_is_refused():
     c, tasks = formed()
-    assert refused(lambda: c.check_submit(tasks[0], 10, 1.0, [], [], 1.5)) \
+    assert refused(lambda: c.formed.check_submit(tasks[0], 10, 1.0, [], [], 1.5)) \
         is Reason.INVALID_ARGUMENT
-    assert refused(lambda: c.check_submit(tasks[0], 10, 1.0, [], [], -0.1)) \
+    assert refused(lambda: c.formed.check_submit(tasks[0], 10, 1.0, [], [], -0.1)) \
         is Reason.INVALID_ARGUMENT
     assert c.strategy.round == 0 and not c.records

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from fedcure_app.config import FedCureConfig
-from fedcure_app.node_data import read_applied
+from fedcure_app.flower.node_data import read_applied
 
 EDGES, CLIENTS, ROUNDS = 2, 6, 5
 
@@ -144,7 +144,7 @@ def test_staleness_weights_and_learning(launched):
 
 def test_no_process_outlives_the_launch(launched):
     out, done = launched
-    from fedcure_app.processes import alive
+    from fedcure_app.runtime.processes import alive
 
     record = json.loads((out / "launch.json").read_text())
     assert not [name for name, pid in record["pids"].items() if alive(int(pid))]

@@ -24,7 +24,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from fedcure_app.processes import free_ports
+from fedcure_app.runtime.processes import free_ports
 from fedcure_app.protocol import cloud_pb2 as pb
 from fedcure_app.protocol import cloud_pb2_grpc as pb_grpc
 from tests.deployment.browser import Chromium

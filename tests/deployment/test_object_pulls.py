@@ -15,7 +15,7 @@ from flwr.supercore.inflatable.inflatable_utils import ObjectUnavailableError, p
 from flwr.supernode import start_client_internal
 from flwr.supernode.runtime import run_clientapp
 
-from fedcure_app.object_pulls import SUPPORTED, check_pull_function, quick, quick_pulls
+from fedcure_app.flower.object_pulls import SUPPORTED, check_pull_function, quick, quick_pulls
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from cloud_server.progress import ProgressBoard, Report, eta_s
 from edge_server.progress import ProgressReporter
 from fedcure_app.cli.launch import progress_text
-from fedcure_app.edge import run_edge_task
+from fedcure_app.flower.edge import run_edge_task
 from fedcure_app.protocol import cloud_pb2 as pb
 from fedcure_app.protocol import cloud_pb2_grpc as pb_grpc
 from tests.deployment.fakes import FakeEdge, channel, make_cfg, register_request, start_cloud

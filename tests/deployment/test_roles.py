@@ -17,10 +17,10 @@ from client.cli import build_node_data, config_of
 from edge_server.directory import NodeDirectory
 from edge_server.serve import EdgeServer
 from edge_server.settings import EdgeSettings, SettingsError
-from fedcure_app import client_app
+from fedcure_app.flower import client_app
 from fedcure_app.config import FedCureConfig, apply_flat
 from fedcure_app.models import build_model, get_weights
-from fedcure_app.node_data import (
+from fedcure_app.flower.node_data import (
     NodeData,
     NodeDataError,
     load_node_data,

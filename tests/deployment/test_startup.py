@@ -34,7 +34,7 @@ def test_observed_latency_refuses_bad_numbers(latency, startup):
 
 def _node_file(tmp_path: Path) -> Path:
     from fedcure_app.devices import PRESETS
-    from fedcure_app.node_data import NodeData, save_node_data
+    from fedcure_app.flower.node_data import NodeData, save_node_data
 
     rng = np.random.default_rng(0)
     data = NodeData(x=rng.random((40, 1, 8, 8), dtype=np.float32),
@@ -60,7 +60,7 @@ def _run(tmp_path: Path, preload: bool, startup: float | None):
 
     import torch
 
-    import fedcure_app.client_app as client_app
+    import fedcure_app.flower.client_app as client_app
     from fedcure_app.models import build_model, get_weights
 
     path = _node_file(tmp_path)

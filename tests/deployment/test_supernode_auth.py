@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from fedcure_app.protocol import cloud_pb2 as pb
 from fedcure_app.protocol import cloud_pb2_grpc as pb_grpc
-from fedcure_app.supernode_auth import check_supernode_key, make_supernode_keys, refused
+from fedcure_app.flower.supernode_auth import check_supernode_key, make_supernode_keys, refused
 from tests.deployment.fakes import FakeEdge, channel, make_cfg
 from tests.deployment.reliability import code_of, one_hot, register_all, request, start
 
@@ -108,7 +108,7 @@ def test_edges_admit_only_the_clients_the_cloud_assigned(tmp_path: Path):
 
     from fedcure_app.cli import main as fedcure_main
     from fedcure_app.cli.launch import Roles, config_from_args, register, start_roles
-    from fedcure_app.processes import Child, flower_env, free_port
+    from fedcure_app.runtime.processes import Child, flower_env, free_port
 
     certs = tmp_path / "certs"
     assert fedcure_main(["certs", "--out", str(certs), "--hosts", "localhost,127.0.0.1"]) == 0
@@ -130,7 +130,7 @@ def test_edges_admit_only_the_clients_the_cloud_assigned(tmp_path: Path):
             assert roles.cloud.poll() is None, roles.cloud.tail(30)
             time.sleep(0.5)
         key, _ = make_supernode_keys(tmp_path / "stranger")
-        from fedcure_app.flower_tools import flower_bin
+        from fedcure_app.flower.tools import flower_bin
 
         # Child remembers what the SuperNode starts (its SuperExec lives in its own session)
         stranger = Child("stranger", [

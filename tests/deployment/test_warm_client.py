@@ -152,7 +152,7 @@ def test_a_foreign_process_cannot_take_the_supernodes_tasks(tmp_path: Path):
     from flwr.proto.runtime_pb2 import AcquireTaskRequest  # pylint: disable=E0611
     from flwr.supercore.auth.superexec import create_superexec_auth_metadata, derive_auth_secret
 
-    from fedcure_app.processes import Child, flower_env, free_ports, port_open
+    from fedcure_app.runtime.processes import Child, flower_env, free_ports, port_open
 
     work = tmp_path / "client"
     secret = write_secret(work / "superexec.secret")
@@ -235,7 +235,7 @@ def test_a_trainer_killed_mid_round_is_dropped_from_that_task_restarted_and_trai
     import signal
 
     from fedcure_app.cli.launch import Roles, config_from_args, register, start_roles
-    from fedcure_app.node_data import read_applied
+    from fedcure_app.flower.node_data import read_applied
 
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers())

@@ -216,7 +216,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _node_data_file(path: Path, client: int = 1) -> Path:
     """A tiny deployed client's data file (random 8x8 digits, a Raspberry Pi 4 profile)."""
-    from fedcure_app.node_data import NodeData, save_node_data
+    from fedcure_app.flower.node_data import NodeData, save_node_data
 
     rng = np.random.default_rng(client)
     data = NodeData(x=rng.normal(size=(24, 1, 8, 8)).astype(np.float32),
@@ -231,7 +231,7 @@ def clientapp_train(data_file: Path, cpu_root: Path, directives: list[float],
     message per directive (GHz); return the ``f-applied-ghz`` of each reply."""
     from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, RecordDict
 
-    from fedcure_app import client_app
+    from fedcure_app.flower import client_app
     from fedcure_app.models import build_model, get_weights
     from tests.simulation.fake_grid import task_identity
 
@@ -255,7 +255,7 @@ def clientapp_train(data_file: Path, cpu_root: Path, directives: list[float],
 
 
 def test_clientapp_writes_the_cap_of_each_directive_under_cpufreq_root(tmp_path: Path) -> None:
-    from fedcure_app.node_data import read_applied
+    from fedcure_app.flower.node_data import read_applied
 
     little = [600_000, 1_000_000, 1_400_000]
     root = _fake_cpus(tmp_path / "cpu", [PI4_KHZ, PI4_KHZ, little, little],

@@ -266,7 +266,7 @@ def _containers(project: str) -> list[dict[str, Any]]:
 def _compose_run(d: Docker, project: str, files: list[str], results: Path, rounds: int
                  ) -> tuple[float, list[dict[str, Any]], str]:
     """``up`` until every container has exited; (wall seconds, containers, logs). Tears down."""
-    from fedcure_app.processes import free_port
+    from fedcure_app.runtime.processes import free_port
 
     # the live view's host port: a free one (8080 may be taken on a shared machine)
     env = d.env(FEDCURE_CLIENTS=str(CLIENTS), FEDCURE_ROUNDS=str(rounds),

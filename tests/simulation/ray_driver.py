@@ -15,7 +15,7 @@ import time
 def main(nodes: int, out_dir: str, overrides: dict) -> dict:
     import ray
 
-    from fedcure_app.flower_run import run_flower_simulation
+    from fedcure_app.flower.run import run_flower_simulation
 
     # what Flower's backend does with init-args that name no num-cpus/num-gpus: ray.init()
     # picks the cluster up from RAY_ADDRESS

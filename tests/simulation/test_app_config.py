@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedcure_app.app_config import (
+from fedcure_app.flower.app_config import (
     app_options,
     client_fingerprint,
     config_from_run_config,
@@ -16,7 +16,7 @@ from fedcure_app.app_config import (
 )
 from fedcure_app.config import ConfigError, FedCureConfig, flat_keys
 from fedcure_app.federation import partition_for, profiles_for
-from fedcure_app.server_app import resolve_out_dir, simulation_config
+from fedcure_app.flower.server_app import resolve_out_dir, simulation_config
 
 PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 
@@ -29,8 +29,8 @@ def flwr_table() -> dict:
 def test_pyproject_declares_the_flower_app(flwr_table):
     app = flwr_table["app"]
     assert app["publisher"] == "fedcure"
-    assert app["components"] == {"serverapp": "fedcure_app.server_app:app",
-                                 "clientapp": "fedcure_app.client_app:app"}
+    assert app["components"] == {"serverapp": "fedcure_app.flower.server_app:app",
+                                 "clientapp": "fedcure_app.flower.client_app:app"}
     # federations live in $FLWR_HOME/config.toml in Flower 1.41; a [tool.flwr.federations]
     # table would make `flwr run` migrate it and rewrite pyproject.toml
     assert "federations" not in flwr_table

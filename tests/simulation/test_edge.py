@@ -7,7 +7,7 @@ import pytest
 from flwr.app import ArrayRecord, ConfigRecord, Error, Message, MetricRecord, RecordDict
 from flwr.serverapp.strategy import FedAvg
 
-from fedcure_app.edge import CoalitionGrid, EdgeTaskError, pull_replies, run_edge_task
+from fedcure_app.flower.edge import CoalitionGrid, EdgeTaskError, pull_replies, run_edge_task
 from fedcure_app.tasks import EdgeTask, client_train_seed
 
 from .fake_grid import FakeGrid, task_identity
@@ -85,7 +85,8 @@ def test_one_message_per_client_per_round_with_its_own_directive_and_seed():
         assert conf["freq-ghz"] == pytest.approx(task.frequencies_ghz[c])
         assert (conf["tau-c"], conf["lr"], conf["batch-size"]) == (3, 0.05, 8)
         assert conf["task-id"] == "r3-c1"
-        # the model travels packed: one flat array of all SHAPES' values (fedcure_app.packing)
+        # the model travels packed: one flat array of all SHAPES' values
+        # (fedcure_app.flower.packing)
         (flat,) = m.content["arrays"].to_numpy_ndarrays()
         assert flat.shape == (sum(int(np.prod(s)) for s in SHAPES),)
     assert res.dropped == []

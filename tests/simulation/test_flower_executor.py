@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from flwr.app import Context, Message, RecordDict
 
-from fedcure_app import client_app
-from fedcure_app.app_config import client_fingerprint, config_from_run_config
+from fedcure_app.flower import client_app
+from fedcure_app.flower.app_config import client_fingerprint, config_from_run_config
 from fedcure_app.data import load_dataset
-from fedcure_app.edge import EdgeTaskError
+from fedcure_app.flower.edge import EdgeTaskError
 from fedcure_app.simulation.engine import (
     SimulationEngine,
     build_federation,
@@ -29,7 +29,7 @@ from fedcure_app.simulation.flower_executor import (
     discover_clients,
     wait_for_nodes,
 )
-from fedcure_app.flower_run import full_run_config, run_flower_simulation
+from fedcure_app.flower.run import full_run_config, run_flower_simulation
 from fedcure_app.tasks import EdgeTask
 
 from .fake_grid import FakeGrid, task_identity
@@ -200,7 +200,7 @@ def test_end_to_end_on_the_simulation_runtime_matches_the_inprocess_run(flower_r
 
 
 def test_only_a_ray_start_up_timeout_is_retried():
-    from fedcure_app.flower_run import ray_failed_to_start
+    from fedcure_app.flower.run import ray_failed_to_start
 
     def chain(*messages: str) -> BaseException:
         err: BaseException | None = None

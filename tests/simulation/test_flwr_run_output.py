@@ -12,7 +12,7 @@ RAY_TIP = ("Tip: In future versions of Ray, Ray will no longer override accelera
 
 
 def _warn(message: str) -> str:
-    code = ("import warnings, fedcure_app.server_app\n"
+    code = ("import warnings, fedcure_app.flower.server_app\n"
             f"warnings.warn({message!r}, FutureWarning)\n")
     done = subprocess.run([sys.executable, "-W", "default", "-c", code], capture_output=True,
                           text=True, timeout=120)

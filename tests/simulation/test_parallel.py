@@ -25,7 +25,7 @@ from fedcure_app.simulation.executors import (
     resolve_workers,
 )
 from fedcure_app.tasks import EdgeTask
-from fedcure_app.threads import DEFAULT_THREADS, ENV_VAR, available_cores, policy_threads
+from fedcure_app.runtime.threads import DEFAULT_THREADS, ENV_VAR, available_cores, policy_threads
 
 TINY = {
     "dataset": "digits", "num-clients": 9, "num-edges": 3, "global-rounds": 6,

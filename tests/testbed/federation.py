@@ -97,7 +97,7 @@ class Federation:
         """Start the cloud again with ``--resume`` at the same address; returns once it
         listens."""
         from fedcure_app.cli.launch import _wait_listening
-        from fedcure_app.processes import Child
+        from fedcure_app.runtime.processes import Child
 
         env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1",
                    GRPC_VERBOSITY=os.environ.get("GRPC_VERBOSITY", "NONE"))

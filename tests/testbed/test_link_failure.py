@@ -13,7 +13,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from fedcure_app.node_data import read_applied
+from fedcure_app.flower.node_data import read_applied
 from fedcure_app.testbed import netns
 from fedcure_app.testbed.plan import make_plan, run_prefix
 from tests.kernel import require_cgroup, require_netns

@@ -28,7 +28,7 @@ from collections import Counter
 
 import pytest
 
-from fedcure_app.node_data import read_applied
+from fedcure_app.flower.node_data import read_applied
 from fedcure_app.testbed import netns
 from tests.deployment.invariants import lost_updates, same_model, version_problems
 from tests.kernel import require_netns
@@ -81,7 +81,7 @@ def fed(tmp_path_factory):
     if prefix:
         assert not [n for n in netns.list_namespaces() if n.startswith(prefix)]
         assert not _cgroups(prefix)
-    from fedcure_app.processes import alive
+    from fedcure_app.runtime.processes import alive
 
     assert not [p for p in pids if alive(p)]
 

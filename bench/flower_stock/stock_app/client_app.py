@@ -12,7 +12,7 @@ import torch
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from fedcure_app.threads import apply_thread_policy
+from fedcure_app.runtime.threads import apply_thread_policy
 
 app = ClientApp()
 _DATA: dict[tuple, list[tuple[torch.Tensor, torch.Tensor]]] = {}

@@ -14,7 +14,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
 
-from fedcure_app.threads import apply_thread_policy
+from fedcure_app.runtime.threads import apply_thread_policy
 
 app = ServerApp()
 

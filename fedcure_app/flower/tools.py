@@ -5,7 +5,8 @@
   environment runs that environment's Flower even when it is not on ``PATH``;
 - :func:`write_app_dir`: a Flower App directory holding only a generated ``pyproject.toml``
   whose components are installed modules and whose ``[tool.flwr.app.config]`` is a full run
-  config. ``flwr run DIR`` (the edge role) and the Simulation Runtime (``flower_run``) take it;
+  config. ``flwr run DIR`` (the edge role) and the Simulation Runtime
+  (:mod:`fedcure_app.flower.run`) take it;
 - :func:`ray_node_metric`: which Ray node a ClientApp runs on, for its reply's metrics.
 """
 
@@ -18,9 +19,9 @@ from typing import Any
 import tomli_w
 
 #: The FedCure ServerApp that runs the whole hierarchy on Flower's Simulation Runtime.
-SIMULATION_SERVERAPP = "fedcure_app.server_app:app"
+SIMULATION_SERVERAPP = "fedcure_app.flower.server_app:app"
 #: The FedCure ClientApp (local training), for simulation and deployment alike.
-CLIENTAPP = "fedcure_app.client_app:app"
+CLIENTAPP = "fedcure_app.flower.client_app:app"
 
 
 def flower_bin(name: str) -> str:

@@ -20,9 +20,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from fedcure_app.app_config import default_run_config
-from fedcure_app.flower_tools import write_app_dir
-from fedcure_app.flower_tools import write_app_dir
+from fedcure_app.flower.app_config import default_run_config
+from fedcure_app.flower.tools import write_app_dir
+from fedcure_app.flower.tools import write_app_dir
 
 log = logging.getLogger(__name__)
 
@@ -92,9 +92,9 @@ def run_flower_simulation(
     from flwr.supercore.telemetry import EventType
     from flwr.simulation.run_simulation import _run_simulation
 
-    from fedcure_app.client_app import app as client_app
-    from fedcure_app.server_app import app as server_app
-    from fedcure_app.server_app import resolve_out_dir
+    from fedcure_app.flower.client_app import app as client_app
+    from fedcure_app.flower.server_app import app as server_app
+    from fedcure_app.flower.server_app import resolve_out_dir
 
     rc = full_run_config(overrides)
     out = resolve_out_dir(rc["out-dir"])

@@ -1,6 +1,6 @@
 """Flower ClientApp: local training of one FedCure client, applying its CPU-frequency directive.
 
-Handlers (message contents in :mod:`fedcure_app.edge`):
+Handlers (message contents in :mod:`fedcure_app.flower.edge`):
 
 - ``train``: loads the model sent in ``"arrays"``, trains ``tau-c`` local steps with
   :func:`fedcure_app.training.train_local` (same seed, same data as the in-process executor),
@@ -14,14 +14,14 @@ Handlers (message contents in :mod:`fedcure_app.edge`):
 - ``evaluate``: loss and accuracy of the sent model on the client's own training data.
 
 Which data a client holds: the run config names the dataset and the partition (the same flat
-keys as :func:`fedcure_app.config.apply_flat`, see :mod:`fedcure_app.app_config`); the client's
-id comes from the message's ``client-id`` (in simulation it equals the node's
+keys as :func:`fedcure_app.config.apply_flat`, see :mod:`fedcure_app.flower.app_config`); the
+client's id comes from the message's ``client-id`` (in simulation it equals the node's
 ``partition-id``). A deployed SuperNode (started by ``fedcure-client``) instead names its own
-data in its node config: ``data-file`` (a :mod:`fedcure_app.node_data` file with the samples and
-the device profile) and ``client-id`` (the cloud's id for it); its ClientApp refuses messages
-for any other client id, and logs each applied directive next to the data file. Dataset, partition, device profiles and per-client tensors are cached at
-module level, keyed by the run-config values they depend on, since simulation actors persist
-across messages.
+data in its node config: ``data-file`` (a :mod:`fedcure_app.flower.node_data` file with the samples
+and the device profile) and ``client-id`` (the cloud's id for it); its ClientApp refuses messages
+for any other client id, and logs each applied directive next to the data file. Dataset, partition,
+device profiles and per-client tensors are cached at module level, keyed by the run-config values
+they depend on, since simulation actors persist across messages.
 
 Frequency control: ``cpufreq`` from the node config, else from the run config (``emulate``
 by default): ``emulate`` stretches the measured time to what the directed frequency would take
@@ -45,7 +45,7 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from fedcure_app.app_config import (
+from fedcure_app.flower.app_config import (
     app_options,
     client_fingerprint,
     client_key,
@@ -54,10 +54,10 @@ from fedcure_app.app_config import (
 from fedcure_app.config import FedCureConfig
 from fedcure_app.devices import DEFAULT_CPU_ROOT, FrequencyActuator, make_actuator
 from fedcure_app.models import build_model, get_weights, set_weights, weight_shapes
-from fedcure_app.packing import is_packed, pack, unpack
-from fedcure_app.flower_tools import ray_node_metric
-from fedcure_app.threads import apply_thread_policy
-from fedcure_app.tracing import trace
+from fedcure_app.flower.packing import is_packed, pack, unpack
+from fedcure_app.flower.tools import ray_node_metric
+from fedcure_app.runtime.threads import apply_thread_policy
+from fedcure_app.runtime.tracing import trace
 from fedcure_app.training import evaluate, train_local
 
 log = logging.getLogger(__name__)
@@ -188,7 +188,7 @@ class _DeployedState:
 
     path: str
     client: int
-    data: Any  # fedcure_app.node_data.NodeData
+    data: Any  # fedcure_app.flower.node_data.NodeData
     x: torch.Tensor
     y: torch.Tensor
     model: torch.nn.Module
@@ -259,7 +259,7 @@ _last_load_s = 0.0
 def _load_parts(path: str, device: str = "cpu"
                 ) -> tuple[Any, torch.Tensor, torch.Tensor, torch.nn.Module]:
     """Node data file ``path``: (data, x, y, model), the tensors and the model on ``device``."""
-    from fedcure_app.node_data import load_node_data
+    from fedcure_app.flower.node_data import load_node_data
     from fedcure_app.training import resolve_device
 
     data = load_node_data(path)
@@ -407,7 +407,7 @@ def train(msg: Message, context: Context) -> Message:
         **ray_node_metric(),
     })
     if deployed is not None:
-        from fedcure_app.node_data import append_applied
+        from fedcure_app.flower.node_data import append_applied
 
         append_applied(deployed.path, {
             "client": client, "task": str(conf.get("task-id", "")),
@@ -420,7 +420,7 @@ def train(msg: Message, context: Context) -> Message:
             else _process_started_at(),
             "finished_at": time.time(),
         })
-    weights = get_weights(model)  # answered in the form it was sent (fedcure_app.packing)
+    weights = get_weights(model)  # answered in the form it was sent (fedcure_app.flower.packing)
     content = RecordDict({"arrays": ArrayRecord(pack(weights) if is_packed(sent, shapes)
                                                 else weights), "metrics": metrics})
     reply = Message(content, reply_to=msg)

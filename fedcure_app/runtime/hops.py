@@ -1,6 +1,6 @@
 """The hop table of deployed edge rounds: where an edge round's time goes (pure functions).
 
-Input: the events of :mod:`fedcure_app.tracing` (``load_events``). Each train message is
+Input: the events of :mod:`fedcure_app.runtime.tracing` (``load_events``). Each train message is
 followed from the edge ServerApp's push to the edge's pull of its reply; each hop is the time
 between two consecutive events on that path (:data:`MESSAGE_HOPS`), and each edge round is
 split into the edge's send, the slowest message and the aggregation (:data:`ROUND_HOPS`).

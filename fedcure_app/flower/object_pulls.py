@@ -22,8 +22,8 @@ reply listed with objects that never come, and Flower's pull of the replies then
 edge round (every other client's reply included) until the SuperLink's upload session expires,
 minutes later, by when the other replies have outlived their TTL; with the bound, that one reply
 becomes an error reply, the client is dropped like any other that did not answer, and the other
-replies (whose messages live twice the edge timeout, :func:`fedcure_app.edge.run_edge_task`) are
-still there to be pulled.
+replies (whose messages live twice the edge timeout, :func:`fedcure_app.flower.edge.run_edge_task`)
+are still there to be pulled.
 
 Only the pinned Flower range (:data:`SUPPORTED`, as in pyproject.toml) is patched, and only when
 the function still takes those keywords (:func:`check_pull_function`); otherwise nothing

@@ -47,9 +47,9 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg
 
-from fedcure_app.packing import pack, unpack
+from fedcure_app.flower.packing import pack, unpack
 from fedcure_app.tasks import ClientReport, EdgeResult, EdgeTask, client_train_seed
-from fedcure_app.tracing import trace
+from fedcure_app.runtime.tracing import trace
 
 log = logging.getLogger(__name__)
 
@@ -303,7 +303,7 @@ def run_edge_task(
     num_samples = 0
     startup_s = 0.0
     # messages live twice the round's timeout: a pull can block on a dead client's reply for up
-    # to half of it past the deadline (edge role: fedcure_app.object_pulls), and the replies
+    # to half of it past the deadline (edge role: fedcure_app.flower.object_pulls), and the replies
     # that came in meanwhile must still be there for the last pull
     ttl = None if timeout_s is None else max(1.0, 2.0 * float(timeout_s))
     for r in range(task.tau_e):
@@ -315,7 +315,8 @@ def run_edge_task(
         t_round = time.monotonic()
         round_key = f"{task.task_id}/e{r}"
         trace("edge.round_start", round_key)
-        # one flat array per message: a third of the objects Flower moves (fedcure_app.packing)
+        # one flat array per message: a third of the objects Flower moves
+        # (fedcure_app.flower.packing)
         record = ArrayRecord(pack(edge), keep_input=True)
         msgs = [_train_message(record, task, c, node_of_client[c], r, ttl, extra_config)
                 for c in active]

@@ -3,9 +3,9 @@
 ``role = "simulation"`` (the default): the cloud strategy and the event-driven engine run here
 on a simulated clock, while every client's local training runs in the ClientApp on a virtual
 SuperNode, reached through :class:`~fedcure_app.simulation.flower_executor.FlowerExecutor`
-(one :class:`~fedcure_app.edge.CoalitionGrid` per coalition task). The run config
+(one :class:`~fedcure_app.flower.edge.CoalitionGrid` per coalition task). The run config
 (``[tool.flwr.app.config]`` plus ``--run-config`` overrides) is turned into the one
-:class:`~fedcure_app.config.FedCureConfig` by :func:`fedcure_app.app_config.
+:class:`~fedcure_app.config.FedCureConfig` by :func:`fedcure_app.flower.app_config.
 config_from_run_config`; the executor is forced to ``flower``. Results: ``result.json`` and the
 standard plots in ``out-dir`` (relative paths resolve against the ServerApp's working
 directory, which under ``flwr run`` is the directory the local SuperLink was started from; the
@@ -29,7 +29,7 @@ from flwr.app import Context
 from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
 
-from fedcure_app.app_config import (
+from fedcure_app.flower.app_config import (
     AppOptions,
     app_options,
     client_fingerprint,
@@ -152,7 +152,7 @@ def run_simulation_role(
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     """Entry point under ``flwr run`` / the Simulation Runtime."""
-    from fedcure_app.threads import apply_thread_policy
+    from fedcure_app.runtime.threads import apply_thread_policy
 
     apply_thread_policy(where="ServerApp")
     from fedcure_app.config import ConfigError

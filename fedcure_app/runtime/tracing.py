@@ -1,11 +1,11 @@
 """Hop tracing of a deployed edge round: timestamped events, one JSON line each.
 
 When ``FEDCURE_TRACE_DIR`` names a folder, every process on a message's path appends events to
-``<dir>/<role>-<pid>.jsonl``: the edge ServerApp (:mod:`fedcure_app.edge`), the SuperNode
+``<dir>/<role>-<pid>.jsonl``: the edge ServerApp (:mod:`fedcure_app.flower.edge`), the SuperNode
 (:mod:`client.supernode`, through Flower's own log lines), the warm executor
-(:mod:`client.executor`) and the trainer's ClientApp (:mod:`fedcure_app.client_app`). Without
-the variable :func:`trace` returns at once and writes nothing. :mod:`fedcure_app.hops` turns the
-events into the hop table.
+(:mod:`client.executor`) and the trainer's ClientApp (:mod:`fedcure_app.flower.client_app`). Without
+the variable :func:`trace` returns at once and writes nothing. :mod:`fedcure_app.runtime.hops` turns
+the events into the hop table.
 
 An event is ``{"t": epoch seconds, "ev": name, "key": the train message's id, ...}``; events that
 concern a whole edge round are keyed by ``<task id>/e<edge round>``. All processes of a
