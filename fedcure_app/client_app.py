@@ -268,9 +268,8 @@ def _load_parts(path: str, device: str = "cpu"
 
     data = load_node_data(path)
     dev = resolve_device(device)
-    parts = (data, torch.from_numpy(data.x).to(dev), torch.from_numpy(data.y).to(dev),
-             build_model(data.dataset, data.num_classes).to(dev))
-    return _held_once(parts)
+    return _held_once((data, torch.from_numpy(data.x).to(dev), torch.from_numpy(data.y).to(dev),
+                       build_model(data.dataset, data.num_classes).to(dev)))
 
 
 def _held_once(parts: tuple[Any, torch.Tensor, torch.Tensor, torch.nn.Module]
@@ -279,11 +278,11 @@ def _held_once(parts: tuple[Any, torch.Tensor, torch.Tensor, torch.nn.Module]
     them (on a GPU): the images are then held once, on the device."""
     import dataclasses
 
-    data, x, _y, _model = parts
+    data, x = parts[0], parts[1]
     if x.device.type == "cpu" or data.x.shape[0] == 0:
         return parts
-    empty = np.empty((0, *data.x.shape[1:]), dtype=data.x.dtype)
-    return (dataclasses.replace(data, x=empty), *parts[1:])
+    return (dataclasses.replace(data, x=np.empty((0, *data.x.shape[1:]), data.x.dtype)),
+            *parts[1:])
 
 
 def pixel_norm(data: Any) -> Any:
@@ -296,8 +295,7 @@ def pixel_norm(data: Any) -> Any:
         return None
     if data.pixel_norm is None:
         return PixelNorm.for_dataset(data.dataset)
-    scale, shift = (np.asarray(v, dtype=np.float32) for v in data.pixel_norm)
-    return PixelNorm(scale, shift)
+    return PixelNorm(*(np.asarray(v, dtype=np.float32) for v in data.pixel_norm))
 
 
 def _on(parts: tuple[Any, torch.Tensor, torch.Tensor, torch.nn.Module], device: str
