@@ -131,14 +131,18 @@ class CpuSampler:
             if pid not in ticks:
                 continue
             kind = self.cpu.get(pid, ("", 0.0))[0]
-            if kind in ("", OTHER_KIND):  # a child read between fork and exec has its
-                # parent's command line: look again until it names a kind
+            if kind in ("", OTHER_KIND, "executor"):  # a child read between fork and exec
+                # has its parent's command line: look again until it names a kind (a trainer
+                # forked from its executor keeps the executor's, and names itself instead)
                 try:
                     with open(f"/proc/{pid}/cmdline", "rb") as f:
                         cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+                    with open(f"/proc/{pid}/comm") as f:
+                        name = f.read().strip()
                 except OSError:
                     continue
-                kind = next((k for part, k in KINDS if part in cmd), OTHER_KIND)
+                kind = "trainer" if name == "fedcure-trainer" else next(
+                    (k for part, k in KINDS if part in cmd), OTHER_KIND)
             self.cpu[pid] = (kind, max(ticks[pid], self.cpu.get(pid, ("", 0.0))[1]))
 
     def _first_round_started(self) -> bool:

@@ -5,7 +5,9 @@ two ``fedcure-client`` processes on 127.0.0.1, warm runtime) and samples, every 
 seconds, the proportional set size (PSS, ``Pss`` of ``/proc/<pid>/smaps_rollup``: a page shared
 by k processes counts 1/k in each) of client 0's role process and every process under it,
 classified by their command lines: ``role`` (``client.cli``), ``supernode``
-(``client.supernode``), ``executor`` (``client.executor``), ``trainer`` (``client.trainer``).
+(``client.supernode``), ``executor`` (``client.executor``), ``trainer`` (``client.trainer``, or
+the process named ``fedcure-trainer``: a trainer forked from its executor keeps the executor's
+command line, :mod:`client.forked`).
 
 - **idle**: the last sample after the client registered (``registration.json`` in its work
   folder) and its trainer said it was ready, before its executor took its first task
@@ -89,7 +91,19 @@ def pss_bytes(pid: int) -> int | None:
     return None
 
 
-def kind_of(cmd: str) -> str | None:
+def comm(pid: int) -> str:
+    """``/proc/<pid>/comm`` (the process name; empty when the process is gone)."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def kind_of(cmd: str, name: str = "") -> str | None:
+    """The kind of a process from its command line (``name``: its comm)."""
+    if name == "fedcure-trainer":
+        return "trainer"
     for kind, needle in KINDS:
         if f"-m {needle}" in cmd or f"{needle.replace('.', '/')}.py" in cmd:
             return kind
@@ -109,7 +123,7 @@ def sample(client_pid: int) -> dict[str, int]:
     """PSS (bytes) per kind of the client's processes now (kinds summed when repeated)."""
     out: dict[str, int] = {}
     for p in tree(client_pid, children_of()):
-        kind = kind_of(cmdline(p))
+        kind = kind_of(cmdline(p), comm(p))
         size = pss_bytes(p)
         if kind is None or size is None:
             continue

@@ -12,7 +12,8 @@
    simulated device profile.
 2. Registers (``Association.Register``; it answers once coalition formation has run and the
    chosen ES is up) and learns its client id and its ES's address.
-3. Writes its data file (:mod:`fedcure_app.flower.node_data`) and starts ``flower-supernode`` to that
+3. Writes its data file (:mod:`fedcure_app.flower.node_data`) and starts
+   ``flower-supernode`` to that
    ES with node config ``client-id=<id> cpufreq=<mode> data-file=<path>`` (and
    ``cpufreq-root=<dir>`` with ``--cpufreq-root``, ``host-samples-per-s`` and
    ``cgroup-prefix`` with ``--cpufreq cgroup``) on its own free
@@ -53,6 +54,24 @@ from pathlib import Path
 from typing import Any
 
 from fedcure_app.errors import UsageError
+
+# the steps of a client, one module each; re-exported here (their old home)
+from client.association import ClientError, build_node_data, call, claim, config_of, register
+from client.children import (
+    CHILD_STOP_GRACE_S,
+    RUN_END_GRACE_S,
+    RUNTIME_ADDRESS_FILE,
+    STATUS_EVERY_S,
+    SUPERNODE_ARGV_FILE,
+    prestart_supernode,
+    publish_runtime_port,
+    release_supernode,
+    start_executor,
+    start_supernode,
+    stop_children,
+    supernode_argv,
+)
+from client.device import device_in_use, gpufreq_in_use, measure_rate, probe
 
 PROG = "fedcure-client"
 log = logging.getLogger("fedcure.client")
@@ -132,258 +151,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="exit with an error when the cloud stays unreachable this long while "
                         "training (default 60)")
     p.add_argument("--probe", action="store_true",
-                   help="print this device's profile (JSON) and exit")
+                   help="print this device's profile (JSON) and exit; with --dataset or a "
+                        "--device other than cpu also the device's measured training rate "
+                        "(samples/s) on the dataset's model")
     p.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
     return p
-
-
-class ClientError(RuntimeError):
-    """The client cannot go on (one line)."""
-
-
-def _rpc_error(err: Any, address: str, what: str) -> ClientError:
-    import grpc
-
-    code = err.code()
-    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-        return ClientError(f"cannot reach the cloud at {address} ({what}: {err.details()}); "
-                           "wrong address, or the cloud is not running")
-    return ClientError(f"the cloud refused {what} ({code.name}: {err.details()})")
-
-
-def call(method: Any, request: Any, timeout_s: float, stop: threading.Event) -> Any:
-    """A unary call that gives up (returns None) as soon as ``stop`` is set."""
-    fut = method.future(request, timeout=timeout_s, wait_for_ready=True)
-    while not fut.done():
-        if stop.wait(0.1):
-            fut.cancel()
-            return None
-    return fut.result()
-
-
-def claim(stub: Any, args: argparse.Namespace, name: str, stop: threading.Event) -> Any:
-    """``Association.Claim`` (waits up to --connect-timeout for the cloud to come up)."""
-    import grpc
-
-    from fedcure_app.protocol import cloud_pb2 as pb
-
-    req = pb.ClaimRequest(client_name=name, token=args.token)
-    if args.partition_id is not None:
-        req.partition_id = args.partition_id
-    try:
-        return call(stub.Claim, req, args.connect_timeout, stop)
-    except grpc.RpcError as err:
-        raise _rpc_error(err, args.cloud, "Claim") from None
-
-
-def config_of(reply: Any, args: argparse.Namespace) -> Any:
-    """The cloud's configuration, with this client's --data-dir; --dataset must agree."""
-    from fedcure_app.config import apply_flat, build_config
-
-    cfg = build_config(json.loads(reply.config_json))
-    if args.dataset and args.dataset.lower() != cfg.data.dataset:
-        raise UsageError(f"--dataset {args.dataset} differs from the cloud's dataset "
-                         f"{cfg.data.dataset}")
-    if args.num_partitions is not None and args.num_partitions != reply.num_partitions:
-        raise UsageError(f"--num-partitions {args.num_partitions} differs from the cloud's "
-                         f"{reply.num_partitions} clients")
-    if args.data_dir is not None:
-        cfg = apply_flat(cfg, {"data-dir": args.data_dir})
-    return cfg
-
-
-def build_node_data(cfg: Any, index: int, name: str) -> Any:
-    """This client's samples, label counts, initial ES and device profile (as simulate has)."""
-    from fedcure_app.federation import partition_for, profiles_for
-    from fedcure_app.data import load_dataset
-    from fedcure_app.flower.node_data import NodeData
-
-    ds = load_dataset(cfg.data.dataset, cfg.data.data_dir)
-    part = partition_for(cfg, ds)
-    idx = part.client_indices[index]
-    if len(idx) == 0:
-        raise ClientError(f"partition {index} of {cfg.data.dataset} is empty: nothing to train")
-    data = NodeData(x=ds.x_train[idx], y=ds.y_train[idx], dataset=ds.name,
-                    num_classes=ds.num_classes, client_name=name, partition_id=index,
-                    profile=profiles_for(cfg)[index])
-    return data, int(part.initial_assignment[index])
-
-
-def register(stub: Any, args: argparse.Namespace, name: str, data: Any, home: int,
-             stop: threading.Event, supernode_key: str = "") -> Any:
-    """``Association.Register`` until formation has run (re-calling on DEADLINE_EXCEEDED)."""
-    import grpc
-
-    from fedcure_app.protocol import cloud_pb2 as pb
-    from fedcure_app.protocol.codec import profile_to_proto
-
-    req = pb.RegisterRequest(client_name=name, label_counts=data.label_counts.tolist(),
-                             device=profile_to_proto(data.profile), home_edge=home,
-                             token=args.token, supernode_public_key=supernode_key)
-    end = time.monotonic() + args.register_timeout
-    while not stop.is_set():
-        left = end - time.monotonic()
-        if left <= 0:
-            raise ClientError(f"coalition formation did not run within {args.register_timeout:.0f}"
-                              " s (not all expected clients registered?)")
-        try:
-            return call(stub.Register, req, min(left, 120.0), stop)
-        except grpc.RpcError as err:
-            if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
-                log.info("still waiting for coalition formation: %s", err.details())
-                continue
-            raise _rpc_error(err, args.cloud, "Register") from None
-    return None
-
-
-def supernode_argv(edge_address: str, port: int, client_id: int, cpufreq: str,
-                   data_file: Path, args: argparse.Namespace) -> list[str]:
-    """``flower-supernode`` to ``edge_address`` with this client's node config."""
-    from fedcure_app.flower.tools import flower_bin
-
-    node_config = f'client-id={client_id} cpufreq="{cpufreq}" data-file="{data_file}"'
-    if getattr(args, "cpufreq_root", None):
-        node_config += f' cpufreq-root="{Path(args.cpufreq_root).resolve()}"'
-    if cpufreq == "cgroup":
-        node_config += (f' host-samples-per-s={float(getattr(args, "host_samples_per_s", 0.0))}'
-                        f' cgroup-prefix="{getattr(args, "cgroup_prefix", "fedcure")}"')
-    device = getattr(args, "device_in_use", "cpu")
-    if device != "cpu":
-        node_config += f' device="{device}" gpufreq="{getattr(args, "gpufreq_in_use", "off")}"'
-        if getattr(args, "gpufreq_root", None):
-            node_config += f' gpufreq-root="{Path(args.gpufreq_root).resolve()}"'
-    if getattr(args, "runtime", "flower") == "warm":
-        argv = [sys.executable, "-m", "client.supernode", "--superlink", edge_address,
-                "--port", str(port), "--node-config", node_config, "--isolation", "process",
-                "--superexec-auth-secret-file", str(args.secret_file)]
-    else:
-        argv = [flower_bin("flower-supernode"), "--superlink", edge_address,
-                "--port", str(port), "--node-config", node_config]
-    if args.insecure:
-        argv.append("--insecure")
-    elif args.tls_ca:
-        argv += ["--root-certificates", str(Path(args.tls_ca).resolve())]
-    if getattr(args, "supernode_key_file", None):
-        argv += ["--auth-supernode-private-key", str(args.supernode_key_file)]
-    return argv
-
-
-def start_supernode(argv: list[str], work: Path, env: dict[str, str], stop: threading.Event,
-                    auth: bool, wait_s: float = 120.0) -> Any:
-    """Start ``flower-supernode``. Under SuperNode authentication the edge registers this
-    client's key a moment after Register answers; a SuperNode that started before that exits
-    (Flower's code 305) and is started again (for at most ``wait_s``)."""
-    from fedcure_app.runtime.processes import Child
-    from fedcure_app.flower.supernode_auth import refused
-
-    end = time.monotonic() + wait_s
-    while True:
-        child = Child("flower-supernode", argv, log_path=work / "supernode.log", env=env,
-                      cwd=work)
-        if not auth:
-            return child
-        # a refused SuperNode exits within a few seconds of its first connection attempt
-        settle = time.monotonic() + 15.0
-        while time.monotonic() < settle and child.poll() is None and not stop.is_set():
-            if "SuperNode ID" in (child.tail(40) or ""):
-                return child
-            time.sleep(0.2)
-        code = child.poll()
-        if code is None or stop.is_set():
-            return child
-        if not refused(child.tail(60) or "") or time.monotonic() > end:
-            return child  # the caller reports the exit
-        child.stop(grace_s=1.0)  # and the SuperExec it started
-        (work / "supernode.log").rename(work / "supernode-refused.log")
-        log.info("the edge has not registered this SuperNode's key yet; starting it again")
-        stop.wait(1.0)
-
-
-#: seconds between the client's asks whether training is over (``Monitor.Status``): each ask
-#: costs the client and the cloud CPU that an edge round on the same host would use
-STATUS_EVERY_S = 2.0
-#: where ``fedcure-client`` writes the SuperNode's Runtime API address for an executor started
-#: before the SuperNode (in its work directory)
-RUNTIME_ADDRESS_FILE = "runtime-api-address"
-#: where it writes the arguments of a SuperNode started before registration (work directory)
-SUPERNODE_ARGV_FILE = "supernode-argv.json"
-
-
-def prestart_supernode(work: Path, env: dict[str, str]) -> Any:
-    """A :mod:`client.supernode` that imports Flower now and waits for its arguments
-    (:func:`release_supernode`), so Flower's import does not land in the first task."""
-    from fedcure_app.runtime.processes import Child
-
-    argv = [sys.executable, "-m", "client.supernode", "--argv-file",
-            str(work / SUPERNODE_ARGV_FILE)]
-    return Child("flower-supernode", argv, log_path=work / "supernode.log", env=env, cwd=work)
-
-
-def release_supernode(work: Path, argv: list[str]) -> None:
-    """Hand a prestarted SuperNode its arguments: ``argv`` as :func:`supernode_argv` gives it
-    (``python -m client.supernode ARGS``), written atomically."""
-    tmp = work / (SUPERNODE_ARGV_FILE + ".tmp")
-    tmp.write_text(json.dumps(argv[3:]))
-    tmp.replace(work / SUPERNODE_ARGV_FILE)
-
-
-def start_executor(work: Path, port: int | None, env: dict[str, str],
-                   data_file: Path | None = None) -> Any:
-    """The warm executor (:mod:`client.executor`) for the SuperNode's Runtime API on ``port``
-    (log in ``work/executor.log``); its trainer loads ``data_file`` before the first message.
-    ``port`` None: the SuperNode does not exist yet; the executor reads its address from
-    ``work/runtime-api-address`` once :func:`publish_runtime_port` has written it."""
-    from fedcure_app.runtime.processes import Child
-
-    where = (["--runtime-api-address", f"127.0.0.1:{port}"] if port is not None
-             else ["--runtime-api-address-file", str(work / RUNTIME_ADDRESS_FILE)])
-    argv = [sys.executable, "-m", "client.executor", *where,
-            "--secret-file", str(work / "superexec.secret"), "--parent-pid", str(os.getpid())]
-    if data_file is not None:
-        argv += ["--data-file", str(data_file)]
-    return Child("client.executor", argv, log_path=work / "executor.log", env=env, cwd=work)
-
-
-def publish_runtime_port(work: Path, port: int) -> None:
-    """Tell an executor started before the SuperNode where its Runtime API is (atomically)."""
-    tmp = work / (RUNTIME_ADDRESS_FILE + ".tmp")
-    tmp.write_text(f"127.0.0.1:{port}\n")
-    tmp.replace(work / RUNTIME_ADDRESS_FILE)
-
-
-#: exit code of the CUDA check's child when torch sees no GPU
-_NO_CUDA = 3
-
-
-def device_in_use(device: str) -> str:
-    """``cpu`` or ``cuda`` for ``--device`` (``auto``: cuda when torch sees a GPU). The check
-    runs torch in a short-lived child, so this role process never loads torch (~150 MB);
-    ``cuda`` without a GPU raises :class:`UsageError` (one line)."""
-    if device == "cpu":
-        return "cpu"
-    import subprocess
-
-    probe = ("import sys, torch\n"
-             "ok = torch.cuda.is_available()\n"
-             "print('no GPU visible' if torch.version.cuda else 'a CPU-only torch build', "
-             "torch.__version__)\n"
-             f"sys.exit(0 if ok else {_NO_CUDA})\n")
-    res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                         timeout=300)
-    if res.returncode == 0:
-        return "cuda"
-    if device == "auto":
-        return "cpu"
-    why = (res.stdout.strip() or res.stderr.strip().splitlines()[-1:] or ["torch failed"])
-    why = why if isinstance(why, str) else why[0]
-    raise UsageError(f"--device cuda: CUDA is not available ({why}); use --device cpu or auto")
-
-
-def gpufreq_in_use(gpufreq: str, profile_name: str) -> str:
-    """``devfreq`` or ``off`` for ``--gpufreq`` (``preset``: devfreq on a Jetson profile)."""
-    if gpufreq == "preset":
-        return "devfreq" if profile_name.lower().startswith("jetson") else "off"
-    return gpufreq
 
 
 def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
@@ -441,6 +213,15 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
         log.info("client %r trains on %s (--device %s%s)", name, args.device_in_use,
                  warm.device, f", GPU clock: {args.gpufreq_in_use}"
                  if args.device_in_use == "cuda" else "")
+        args.samples_per_s = 0.0
+        if args.device_in_use == "cuda":  # the cloud's latency prior: the GPU's rate
+            try:
+                args.samples_per_s = float(measure_rate(cfg.data.dataset, "cuda",
+                                                        cfg.method.batch_size)["samples_per_s"])
+                log.info("client %r: %.0f samples/s on cuda (%s, batch %d), sent with Register",
+                         name, args.samples_per_s, cfg.data.dataset, cfg.method.batch_size)
+            except RuntimeError as err:
+                log.warning("%s; the cloud's latency prior stays the device profile's", err)
         data_file = save_node_data(work / "node-data.npz", data)
         from fedcure_app.runtime.processes import release_memory
 
@@ -477,7 +258,8 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
             "name": name, "partition_id": index, "client_id": reg.client_id,
             "edge_id": reg.edge_id, "edge_address": reg.edge_address, "home_edge": home,
             "label_counts": data.label_counts.tolist(), "device": args.device_in_use,
-            "gpufreq": args.gpufreq_in_use if args.device_in_use == "cuda" else "off"}))
+            "gpufreq": args.gpufreq_in_use if args.device_in_use == "cuda" else "off",
+            "samples_per_s": args.samples_per_s or None}))
         port = free_port()
         if executor is not None:
             publish_runtime_port(work, port)
@@ -545,32 +327,6 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
         channel.close()
 
 
-#: how long the executor and the SuperNode may take to exit on SIGTERM (s); both are stopped at
-#: once, so a client stops within compose's 10 s grace. The executor takes well under a second
-#: (client.executor.stoppable_retries); the SuperNode's HTTP server shuts down gracefully, which
-#: took over 3 s on a loaded 2-core machine.
-CHILD_STOP_GRACE_S = 8.0
-#: the same once the run is over and the client ends on its own (s): the SuperNode's graceful
-#: exit has taken over 8 s on a machine with a load average of 25 (its own force-exit timer is
-#: 5 s, started only once its exit handlers run); fedcure launch waits 60 s for clients to end
-RUN_END_GRACE_S = 30.0
-
-
-def stop_children(children: list[Any], grace_s: float = CHILD_STOP_GRACE_S) -> None:
-    """SIGTERM ``children`` together and wait for all of them (each killed after ``grace_s``)."""
-    threads = [threading.Thread(target=c.stop, kwargs={"grace_s": grace_s}) for c in children]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-
-
-def probe(cpu_root: str | None = None) -> int:
-    from fedcure_app.devices import DEFAULT_CPU_ROOT, probe_device
-
-    print(json.dumps(probe_device(cpu_root or DEFAULT_CPU_ROOT), indent=1, default=str))
-    return 0
-
 
 def main(argv: list[str] | None = None) -> int:
     from fedcure_app.runtime.processes import quiet_grpc, role_start
@@ -578,7 +334,11 @@ def main(argv: list[str] | None = None) -> int:
     quiet_grpc()
     args = build_parser().parse_args(argv)
     if args.probe:
-        return probe(args.cpufreq_root)
+        try:
+            return probe(args.cpufreq_root, args.dataset, args.device)
+        except (UsageError, RuntimeError, KeyError) as err:
+            print(f"{PROG}: error: {err}", file=sys.stderr)
+            return 2 if isinstance(err, UsageError) else 1
     stop = role_start(args.quiet, log)
     from fedcure_app.config import ConfigError
     from fedcure_app.data.errors import DatasetError
@@ -596,3 +356,12 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":  # pragma: no cover
     raise SystemExit(main())
+
+
+__all__ = [
+    "CHILD_STOP_GRACE_S", "PROG", "RUNTIME_ADDRESS_FILE", "RUN_END_GRACE_S", "STATUS_EVERY_S",
+    "SUPERNODE_ARGV_FILE", "ClientError", "build_node_data", "build_parser", "call", "claim",
+    "config_of", "device_in_use", "gpufreq_in_use", "main", "measure_rate", "prestart_supernode",
+    "probe", "publish_runtime_port", "register", "release_supernode", "run_client",
+    "start_executor", "start_supernode", "stop_children", "supernode_argv",
+]

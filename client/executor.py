@@ -1,4 +1,4 @@
-"""The warm client's executor: takes the SuperNode's ClientApp tasks and has a warm trainer run them.
+"""The warm client's executor: takes the SuperNode's ClientApp tasks, a warm trainer runs them.
 
 ``fedcure-client`` (runtime ``warm``, the default) starts its SuperNode with
 ``--isolation process`` (Flower then starts no ``flower-superexec``) and
@@ -126,15 +126,18 @@ class Trainer:
 
     def __init__(self, max_restarts: int, load_timeout_s: float = 300.0,
                  argv: list[str] | None = None, data_file: str | Path | None = None,
-                 stop: threading.Event | None = None) -> None:
+                 stop: threading.Event | None = None, fork: bool | None = None) -> None:
         self.max_restarts = max_restarts
+        #: fork the first trainer (:mod:`client.forked`; default: when no ``argv`` is given)
+        self.fork = argv is None if fork is None else fork
+        self.data_file = str(data_file) if data_file else None
         #: set on SIGTERM: every wait for the child ends with :class:`Stopping`
         self.stop = stop if stop is not None else threading.Event()
         self.load_timeout_s = load_timeout_s
         self.argv = argv or [sys.executable, "-m", "client.trainer"]
         if data_file:
             self.argv = [*self.argv, "--data-file", str(data_file)]
-        self.proc: subprocess.Popen | None = None
+        self.proc: Any = None  # subprocess.Popen or client.forked.ForkedProcess
         self.conn: Connection | None = None
         self.starts = 0
 
@@ -147,17 +150,23 @@ class Trainer:
 
     def start(self) -> None:
         """Start the child and wait until it has loaded the ClientApp."""
+        self.spawn()
+        self.wait_ready()
+
+    def spawn(self) -> None:
+        """Start the child (forked when :attr:`fork` and this is the first start of a
+        single-threaded executor, else exec'd); :meth:`wait_ready` waits for it."""
         if self.starts > self.max_restarts:
             raise ExecutorError(f"the trainer died {self.starts - 1} times; giving up")
         self.close()
-        mine, theirs = socket.socketpair()
-        try:
-            self.proc = subprocess.Popen([*self.argv, "--fd", str(theirs.fileno())],
-                                         pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL)
-        finally:
-            theirs.close()
-        self.conn = Connection(mine.detach())
+        from client.forked import start_trainer
+
+        self.proc, self.conn = start_trainer(self.argv, self.fork and self.starts == 0,
+                                             self.data_file)
         self.starts += 1
+
+    def wait_ready(self) -> None:
+        """Wait until the started child says it has loaded the ClientApp."""
         kind, pid = self._recv(self.load_timeout_s)
         if kind != "ready":
             raise ExecutorError(f"the trainer answered {kind!r} instead of 'ready'")
@@ -439,6 +448,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     stop = threading.Event()
     set_role("executor")
+    from flwr.supernode.runtime import run_clientapp
+
+    # the SuperNode hands out a task before it holds the message's objects: retry them after
+    # 10 ms, not Flower's 1 s (fedcure_app.flower.object_pulls)
+    quick_pulls(run_clientapp, "pull_and_inflate_object_from_tree")
+    # forked while this process has one thread and has imported Flower (client.forked)
+    trainer = Trainer(cfg.trainer_restarts, data_file=args.data_file, stop=stop)
+    trainer.spawn()
 
     def on_signal(_signum: int, _frame: Any) -> None:
         stop.set()
@@ -454,14 +471,8 @@ def main(argv: list[str] | None = None) -> int:
             stop.set()
 
         threading.Thread(target=watch, name="watch-parent", daemon=True).start()
-    from flwr.supernode.runtime import run_clientapp
-
-    # the SuperNode hands out a task before it holds the message's objects: retry them after
-    # 10 ms, not Flower's 1 s (fedcure_app.flower.object_pulls)
-    quick_pulls(run_clientapp, "pull_and_inflate_object_from_tree")
-    trainer = Trainer(cfg.trainer_restarts, data_file=args.data_file, stop=stop)
     try:
-        trainer.start()  # load torch, the model and the data before the first message
+        trainer.wait_ready()  # torch, the model and the data loaded before the first message
         address = args.runtime_api_address or wait_for_address(args.runtime_api_address_file,
                                                                stop)
         if address is None or not wait_for_listener(address, stop):

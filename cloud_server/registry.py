@@ -95,6 +95,9 @@ class Registry:
                 raise door.Refused("no device profile")
             door.check_profile_size(len(req.device.cycles_per_sample))
             profile = profile_from_proto(req.device)
+            device, rate = door.check_compute(req.compute_device, req.samples_per_s)
+            if rate > 0:
+                profile = door.measured_profile(profile, self.dataset, rate)
             door.check_profile(profile, self.dataset)
             door.check_key_text(req.supernode_public_key)
         except (door.Refused, CodecError) as err:
@@ -112,7 +115,8 @@ class Registry:
                 check_supernode_key(key)
             except ValueError as err:
                 raise Refusal(Reason.INVALID_ARGUMENT, f"{who}: {err}") from None
-        return ClientEntry(name, counts, profile, home, supernode_key=key)
+        return ClientEntry(name, counts, profile, home, supernode_key=key,
+                           compute_device=device, samples_per_s=rate)
 
     def register(self, entry: ClientEntry, *, open_: bool) -> ClientEntry:
         """Record a registration (a known name while ``open_``: the latest data counts);
@@ -134,6 +138,7 @@ class Registry:
         elif open_:
             known.label_counts, known.profile, known.home_edge = (
                 entry.label_counts, entry.profile, entry.home_edge)
+            known.compute_device, known.samples_per_s = entry.compute_device, entry.samples_per_s
             self.changed = True
         client = clients[entry.name]
         if entry.supernode_key and entry.supernode_key != client.supernode_key:

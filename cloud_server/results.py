@@ -97,7 +97,10 @@ class ResultsWriter:
             "late_rounds": sum(1 for r in records if r.get("late")),
             "clients": [
                 {"id": c.client_id, "name": c.name, "edge": c.edge_id, "home_edge": c.home_edge,
-                 "device": c.profile.name, "samples": int(c.label_counts.sum())}
+                 "device": c.profile.name, "samples": int(c.label_counts.sum()),
+                 # where it trained, and its measured rate (samples/s; None: not measured)
+                 "compute_device": c.compute_device,
+                 "samples_per_s": c.samples_per_s or None}
                 for c in roster.by_id()
             ],
             "edges": {str(e): a for e, a in roster.edge_addresses.items()},

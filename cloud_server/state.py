@@ -59,20 +59,27 @@ class ClientEntry:
     edge_id: int | None = None
     #: the client's SuperNode public key (OpenSSH text) for SuperNode authentication; "" none
     supernode_key: str = ""
+    #: where the client trains: ``cpu`` or ``cuda``
+    compute_device: str = "cpu"
+    #: its measured training rate (samples/s) on the run's model; 0: not measured
+    samples_per_s: float = 0.0
 
     def to_state(self) -> dict[str, Any]:
         """JSON-safe form for the checkpoint."""
         return {"name": self.name, "label_counts": self.label_counts.tolist(),
                 "profile": self.profile.model_dump(mode="json"), "home_edge": self.home_edge,
                 "client_id": self.client_id, "edge_id": self.edge_id,
-                "supernode_key": self.supernode_key}
+                "supernode_key": self.supernode_key, "compute_device": self.compute_device,
+                "samples_per_s": self.samples_per_s}
 
     @classmethod
     def from_state(cls, c: dict[str, Any]) -> "ClientEntry":
         """Inverse of :meth:`to_state` (a formed client: ids set)."""
         return cls(c["name"], np.asarray(c["label_counts"], dtype=np.int64),
                    DeviceProfile(**c["profile"]), c["home_edge"], int(c["client_id"]),
-                   int(c["edge_id"]), supernode_key=str(c.get("supernode_key", "")))
+                   int(c["edge_id"]), supernode_key=str(c.get("supernode_key", "")),
+                   compute_device=str(c.get("compute_device", "cpu")),
+                   samples_per_s=float(c.get("samples_per_s", 0.0)))
 
 
 @dataclass

@@ -17,6 +17,8 @@ kappa                      [10⁻³⁰, 10⁻³] J/(cycle·GHz²)  energy κ·c�
                                                     accepted c and f
 profile name               1..64 characters
 supernode_public_key       at most 4096 characters  an OpenSSH EC public key is ~200
+compute_device             "", "cpu" or "cuda"      where the client trains ("": cpu)
+samples_per_s              0 or [10⁻³, 10⁹]         0: not measured
 task_id                    at most 128 characters   the cloud's ids are ``r<round>-c<m>-v<v>``
 num_samples                [1, 10¹²]
 latency_s                  [0, 10⁷] s               ~116 days
@@ -119,6 +121,32 @@ def check_profile(profile: Any, model: str) -> None:
         profile.cycles_for(model)
     except KeyError:
         raise Refused(f"device.cycles_per_sample has no entry for {clip(model)}") from None
+
+
+COMPUTE_DEVICES = ("cpu", "cuda")
+SAMPLES_PER_S_RANGE = (1e-3, 1e9)
+
+
+def check_compute(device: str, samples_per_s: float) -> tuple[str, float]:
+    """Register's ``compute_device`` ("" means cpu) and ``samples_per_s`` (0: not measured)
+    within bounds; returns them as the cloud keeps them."""
+    device = device or "cpu"
+    if device not in COMPUTE_DEVICES:
+        raise Refused(f"compute_device {clip(device)} is not one of "
+                      f"{', '.join(COMPUTE_DEVICES)}")
+    rate = float(samples_per_s)
+    if rate != 0.0:
+        _in("samples_per_s", rate, *SAMPLES_PER_S_RANGE, " samples/s")
+    return device, rate
+
+
+def measured_profile(profile: Any, model: str, samples_per_s: float) -> Any:
+    """``profile`` with the cycles per sample of ``model`` set so that its compute time per
+    sample at f_max is 1/``samples_per_s`` (c = f_max·10⁹/rate): the latency prior of a client
+    that measured its rate (a GPU client) is then its measured speed, not its CPU profile's."""
+    cycles = dict(profile.cycles_per_sample)
+    cycles[model.lower()] = profile.f_max_ghz * 1e9 / samples_per_s
+    return profile.model_copy(update={"cycles_per_sample": cycles})
 
 
 def check_profile_size(entries: int) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -110,8 +110,47 @@ def _model_device(model: nn.Module) -> torch.device:
     return torch.device("cpu")
 
 
-def _features(x: ArrayLike, device: torch.device) -> torch.Tensor:
-    """Inputs as a float32 tensor on ``device``; float32 input is used without a copy."""
+@dataclass(frozen=True)
+class PixelNorm:
+    """Per-batch normalisation of uint8 images: x·scale_c − shift_c in float32, the very
+    operations :func:`fedcure_app.data.dataset.normalise` applies to a whole split (so a batch
+    gathered from uint8 pixels and normalised here equals, bit for bit, the same batch of the
+    normalised float32 split). Lets a client hold its images as uint8 (a quarter of the bytes).
+    ``scale``/``shift``: float32 (C,), from :func:`fedcure_app.data.dataset.norm_constants`."""
+
+    scale: np.ndarray
+    shift: np.ndarray
+    _on: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict, repr=False,
+                                                              compare=False)
+
+    @classmethod
+    def for_dataset(cls, name: str) -> "PixelNorm":
+        """The normalisation of dataset ``name`` (digits, mnist, cifar10, ...)."""
+        from fedcure_app.data.dataset import norm_constants
+        from fedcure_app.data.specs import SPECS, canonical_name
+
+        scale, shift = norm_constants(SPECS[canonical_name(name)])
+        return cls(scale, shift)
+
+    def __call__(self, xb: torch.Tensor) -> torch.Tensor:
+        """uint8 (B, C, H, W) -> normalised float32 (B, C, H, W) on ``xb``'s device."""
+        key = str(xb.device)
+        if key not in self._on:
+            self._on[key] = (torch.from_numpy(self.scale).to(xb.device)[None, :, None, None],
+                             torch.from_numpy(self.shift).to(xb.device)[None, :, None, None])
+        scale, shift = self._on[key]
+        return xb.to(torch.float32).mul_(scale).sub_(shift)
+
+
+def _features(x: ArrayLike, device: torch.device, norm: PixelNorm | None = None
+              ) -> torch.Tensor:
+    """Inputs as a float32 tensor on ``device``; float32 input is used without a copy. With
+    ``norm`` the inputs are uint8 pixels and stay uint8 (each batch is normalised by it)."""
+    if norm is not None:
+        t = torch.from_numpy(np.ascontiguousarray(x)) if isinstance(x, np.ndarray) else x
+        if t.dtype != torch.uint8:
+            raise TypeError(f"inputs with a PixelNorm must be uint8, got {t.dtype}")
+        return t.to(device)
     if isinstance(x, np.ndarray):
         if x.dtype != np.float32:
             x = x.astype(np.float32)
@@ -193,6 +232,7 @@ def train_local(
     batch_size: int = 32,
     seed: int = 0,
     momentum: float = 0.0,
+    norm: PixelNorm | None = None,
 ) -> TrainResult:
     """Train ``model`` in place with plain SGD on (x, y) for ``steps`` mini-batches or ``epochs``.
 
@@ -201,7 +241,8 @@ def train_local(
     permutation, so ``epochs=E`` is the same run as ``steps=E·⌈n/batch_size⌉``. With the same
     seed and the same initial weights the resulting weights are bit-identical (same thread count).
     The optimiser (and its momentum buffer) is fresh on every call. With zero steps the weights
-    are untouched and the reported loss is NaN.
+    are untouched and the reported loss is NaN. ``norm``: ``x`` holds uint8 pixels and each
+    mini-batch is normalised by it (the same weights as training on the normalised split).
     """
     if (steps is None) == (epochs is None):
         raise ValueError("give exactly one of steps or epochs")
@@ -213,7 +254,7 @@ def train_local(
         raise ValueError(f"momentum must be >= 0, got {momentum}")
     _ensure_threads()
     device = _model_device(model)
-    xt = _features(x, device)
+    xt = _features(x, device, norm)
     yt = _labels(y, device)
     n = _check_pair(xt, yt)
     per_epoch = math.ceil(n / batch_size)
@@ -242,6 +283,8 @@ def train_local(
         idx = perm[batch_in_epoch * batch_size : (batch_in_epoch + 1) * batch_size]
         batch_in_epoch += 1
         xb = xt.index_select(0, idx)
+        if norm is not None:
+            xb = norm(xb)
         yb = yt.index_select(0, idx)
         loss = F.cross_entropy(model(xb), yb)
         loss.backward()
@@ -253,8 +296,10 @@ def train_local(
     return TrainResult(loss=mean_loss, samples=samples, steps=steps, seconds=seconds)
 
 
-def evaluate(model: nn.Module, x: ArrayLike, y: ArrayLike, *, batch_size: int = 256) -> EvalResult:
-    """Mean cross-entropy (nats) and accuracy of ``model`` on (x, y), without gradients.
+def evaluate(model: nn.Module, x: ArrayLike, y: ArrayLike, *, batch_size: int = 256,
+             norm: PixelNorm | None = None) -> EvalResult:
+    """Mean cross-entropy (nats) and accuracy of ``model`` on (x, y), without gradients
+    (``norm``: ``x`` holds uint8 pixels, normalised batch by batch, see :func:`train_local`).
 
     The model is put in eval mode for the pass and its previous mode restored afterwards.
     The default batch of 256 keeps activations in cache: on a 2-core x86 the MNIST CNN
@@ -264,11 +309,11 @@ def evaluate(model: nn.Module, x: ArrayLike, y: ArrayLike, *, batch_size: int = 
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     _ensure_threads()
     device = _model_device(model)
-    xt = _features(x, device)
+    xt = _features(x, device, norm)
     yt = _labels(y, device)
     n = _check_pair(xt, yt)
     t0 = time.perf_counter()
-    part = evaluate_batches(model, xt, yt, 0, n, batch_size=batch_size)
+    part = evaluate_batches(model, xt, yt, 0, n, batch_size=batch_size, norm=norm)
     total_loss = 0.0
     for value in part.losses:
         total_loss += value
@@ -301,12 +346,12 @@ def class_accuracy(confusion: np.ndarray) -> tuple[float, ...]:
 
 
 def evaluate_batches(model: nn.Module, x: torch.Tensor, y: torch.Tensor, start: int, stop: int,
-                     *, batch_size: int = 256) -> EvalBatches:
+                     *, batch_size: int = 256, norm: PixelNorm | None = None) -> EvalBatches:
     """Summed cross-entropy (nats) of each batch of ``batch_size`` samples in [start, stop), the
     number classified correctly and the confusion counts: the part of :func:`evaluate` that
     can be split across processes (``start`` a multiple of ``batch_size``; summing the losses in
     order gives :func:`evaluate`'s result bit for bit). ``x``/``y`` are tensors on the model's
-    device."""
+    device (``x`` uint8 pixels when ``norm`` is given, normalised per batch)."""
     was_training = model.training
     model.eval()
     losses: list[float] = []
@@ -315,7 +360,8 @@ def evaluate_batches(model: nn.Module, x: torch.Tensor, y: torch.Tensor, start: 
     try:
         with torch.inference_mode():
             for b in range(start, stop, batch_size):
-                logits = model(x[b : min(b + batch_size, stop)])
+                xb = x[b : min(b + batch_size, stop)]
+                logits = model(xb if norm is None else norm(xb))
                 yb = y[b : min(b + batch_size, stop)]
                 losses.append(F.cross_entropy(logits, yb, reduction="sum").item())
                 pred = logits.argmax(dim=1)

@@ -180,3 +180,29 @@ def test_the_launch_progress_says_waiting_for_edges_until_one_connects():
     assert phase_label(_status("TRAINING", edges_connected=1)) == "training"
     assert phase_label(_status("REGISTERING")) == "registering"
     assert phase_label(_status("DONE", edges_connected=2)) == "done"
+
+
+@pytest.mark.parametrize("device", ["cuda", "auto", "cpu"])
+def test_launch_passes_device_to_every_client(device, tmp_path, monkeypatch):
+    """``fedcure launch --device D`` starts each ``fedcure-client`` with ``--device D`` (cpu,
+    the default, leaves the client's own default, $FEDCURE_DEVICE, alone)."""
+    import fedcure_app.runtime.processes
+    from fedcure_app.cli import launch
+
+    started = []
+
+    class Child:
+        def __init__(self, name, argv, **_kw):
+            self.name, self.argv, self.pid = name, argv, 1
+            started.append(self)
+
+    monkeypatch.setattr(fedcure_app.runtime.processes, "Child", Child)
+    monkeypatch.setattr(launch, "_wait_listening", lambda *a, **k: None)
+    args = build_parser().parse_args(["launch", "--clients", "2", "--edges", "1",
+                                      "--device", device, "--no-dashboard"])
+    launch.start_roles(launch.config_from_args(args), args, tmp_path, launch.Roles())
+    clients = [c.argv for c in started if c.name.startswith("client")]
+    assert len(clients) == 2
+    for argv in clients:
+        assert (argv[argv.index("--device") + 1] == device) if device != "cpu" \
+            else "--device" not in argv

@@ -273,3 +273,60 @@ def test_plain_sgd_matches_torch_optim_sgd_bit_for_bit():
         opt.step()
     for a, b in zip(ours.state_dict().values(), ref.state_dict().values()):
         assert torch.equal(a, b)
+
+
+def _pixels(n: int = 96, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """uint8 digits-like pixels (0..16) and labels."""
+    rng = np.random.default_rng(seed)
+    return (rng.integers(0, 17, size=(n, 1, 8, 8), dtype=np.uint8),
+            rng.integers(0, 4, size=n).astype(np.int64))
+
+
+def test_uint8_pixels_normalised_per_batch_train_bit_for_bit_like_the_float_split() -> None:
+    """A client holding uint8 pixels and normalising each batch (PixelNorm) ends with the very
+    weights, loss and evaluation of training on the normalised float32 split."""
+    from fedcure_app.data.dataset import normalise
+    from fedcure_app.data.specs import SPECS
+    from fedcure_app.training import PixelNorm
+
+    x8, y = _pixels()
+    xf = normalise(x8, SPECS["digits"])
+    norm = PixelNorm.for_dataset("digits")
+    a, b = _model(), _model()
+    ra = train_local(a, xf, y, steps=7, lr=0.1, batch_size=16, seed=3)
+    rb = train_local(b, x8, y, steps=7, lr=0.1, batch_size=16, seed=3, norm=norm)
+    assert _same(a, b) and ra.loss == rb.loss and ra.samples == rb.samples
+    ea, eb = evaluate(a, xf, y, batch_size=32), evaluate(b, torch.from_numpy(x8), y,
+                                                          batch_size=32, norm=norm)
+    assert (ea.loss, ea.accuracy, ea.confusion) == (eb.loss, eb.accuracy, eb.confusion)
+    assert torch.equal(norm(torch.from_numpy(x8)), torch.from_numpy(xf))
+
+
+def test_a_pixel_norm_needs_uint8_inputs() -> None:
+    from fedcure_app.training import PixelNorm
+
+    x, y = _toy(32)
+    with pytest.raises(TypeError, match="uint8"):
+        train_local(_model(), x, y, steps=1, lr=0.1, norm=PixelNorm.for_dataset("digits"))
+
+
+@pytest.mark.parametrize("name", ["digits", "mnist", "cifar10", "svhn", "cinic10"])
+def test_pixel_norm_equals_the_split_normalisation_of_every_dataset(name: str) -> None:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from fedcure_app.data.dataset import normalise
+    from fedcure_app.data.specs import SPECS
+    from fedcure_app.training import PixelNorm
+
+    spec = SPECS[name]
+    norm = PixelNorm.for_dataset(name)
+
+    @settings(max_examples=25, deadline=None)
+    @given(st.integers(1, 4), st.integers(0, 2**32 - 1))
+    def check(n: int, seed: int) -> None:
+        x = np.random.default_rng(seed).integers(0, 256, size=(n, *spec.input_shape),
+                                                 dtype=np.uint8)
+        assert torch.equal(norm(torch.from_numpy(x)), torch.from_numpy(normalise(x, spec)))
+
+    check()

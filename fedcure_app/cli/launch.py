@@ -39,6 +39,22 @@ from fedcure_app.cli.errors import (
     config_defaults_help,
     load_file,
 )
+from fedcure_app.cli.launch_report import (
+    WarningLines,
+    add_warnings,
+    coalition_table,
+    report_failure,
+    summary_table,
+)
+from fedcure_app.cli.launch_wait import (
+    StatusPoller,
+    phase_label,
+    progress_line,
+    progress_text,
+    status_text,
+    supervise,
+)
+from fedcure_app.cli.launch_wait import wait_listening as _wait_listening
 from fedcure_app.config import METHOD_PRESETS, FedCureConfig, apply_flat
 
 log = logging.getLogger(__name__)
@@ -74,6 +90,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--edges", type=int, required=True, help="edge servers (coalitions)")
     p.add_argument("--clients", type=int, required=True, help="client processes")
     add_run_options(p)
+    p.add_argument("--device", choices=["cpu", "cuda", "auto"], default="cpu",
+                   help="where every client trains (fedcure-client --device; default cpu)")
     p.add_argument("--cpufreq", choices=["emulate", "sysfs", "off"], default="emulate",
                    help="how clients apply frequency directives (default emulate)")
     p.add_argument("--tls-dir", help="folder from `fedcure certs` (ca.crt, server.crt/key): "
@@ -353,6 +371,7 @@ def start_roles(cfg: FedCureConfig, args: argparse.Namespace, out: Path, roles: 
     for i in range(n):
         argv = [py, "-m", "client.cli", "--cloud", cloud_addr, "--name", f"client-{i}",
                 "--partition-id", str(i), "--num-partitions", str(n), "--cpufreq", args.cpufreq,
+                *(["--device", args.device] if getattr(args, "device", "cpu") != "cpu" else []),
                 "--work-dir", str(work / f"client{i}"), *token,
                 *_security_flags(tls_dir, "client"), *auth, *site.client_args(i)]
         child = Child(f"client{i}", site.wrap(f"client{i}", argv),
@@ -364,234 +383,6 @@ def start_roles(cfg: FedCureConfig, args: argparse.Namespace, out: Path, roles: 
                                 "log": str(logs / f"client{i}.log")}
     return record
 
-
-def _wait_listening(child: Any, site: Site, host: str, port: int,
-                    timeout_s: float = 120.0) -> None:
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        if child.poll() is not None:
-            raise RuntimeError(f"{child.name} exited with code {child.proc.returncode} at start;"
-                               f" its log ends with:\n{child.tail()}")
-        if site.port_open(child.name, host, port):
-            return
-        time.sleep(0.1)
-    raise RuntimeError(f"{child.name} did not listen on {host}:{port} within {timeout_s:.0f} s")
-
-
-class StatusPoller:
-    """The cloud's ``Monitor.Status`` (None while unreachable)."""
-
-    def __init__(self, address: str, tls_dir: str | None) -> None:
-        from fedcure_app.protocol import cloud_pb2_grpc as pb_grpc
-        from fedcure_app.protocol.channel import open_channel
-
-        if tls_dir:
-            self.channel = open_channel(address, tls_ca=str(Path(tls_dir) / "ca.crt"))
-        else:
-            logging.getLogger("fedcure.channel").setLevel(logging.ERROR)
-            self.channel = open_channel(address, insecure=True)
-        self.stub = pb_grpc.MonitorStub(self.channel)
-
-    def __call__(self) -> Any:
-        import grpc
-
-        from fedcure_app.protocol import cloud_pb2 as pb
-
-        try:
-            return self.stub.Status(pb.StatusRequest(), timeout=2.0)
-        except grpc.RpcError:
-            return None
-
-    def close(self) -> None:
-        self.channel.close()
-
-
-def supervise(roles: Roles, status: StatusPoller, rounds: int, args: argparse.Namespace,
-              stop: threading.Event, result_path: Path | None = None,
-              exit_grace_s: float = 30.0) -> tuple[int, str]:
-    """Wait for the cloud to finish; return (exit code, reason).
-
-    A cloud that reported DONE and wrote ``result_path`` but has not exited ``exit_grace_s``
-    later is stopped (and the run counts as done)."""
-    from rich.console import Console
-    from rich.progress import Progress, TextColumn
-
-    from fedcure_app.protocol import cloud_pb2 as pb
-
-    t0 = time.monotonic()
-    console = Console(stderr=True)
-    with Progress(TextColumn("{task.fields[line]}", markup=False), console=console,
-                  disable=args.no_progress, transient=False) as progress:
-        bar = progress.add_task("launch", total=rounds, line=progress_line(
-            "starting", 0, rounds, "", 0.0, console.width))
-        done_at: float | None = None
-        while not stop.is_set():
-            code = roles.cloud.poll()
-            if code is not None:
-                return (0, "done") if code == 0 else (code, f"the cloud exited with code {code}")
-            for child in roles.edges:
-                if child.poll() not in (None, 0):
-                    return 1, f"{child.name} exited with code {child.proc.returncode}"
-            for child in roles.clients:
-                child.poll()
-            s = status()
-            if s is not None and s.phase == pb.StatusReply.DONE and done_at is None:
-                done_at = time.monotonic()
-            if (done_at is not None and time.monotonic() - done_at > exit_grace_s
-                    and result_path is not None and result_path.is_file()):
-                log.warning("the cloud finished but did not exit within %.0f s; stopping it",
-                            exit_grace_s)
-                roles.cloud.stop()
-                return 0, "done (cloud stopped after it finished)"
-            if s is not None:
-                edges_done = sum(1 for c in roles.edges if c.proc.poll() == 0)
-                done = min(s.round, rounds)
-                progress.update(bar, completed=done, line=progress_line(
-                    phase_label(s), done, rounds, status_text(s, edges_done),
-                    time.monotonic() - t0, console.width))
-            if args.timeout and time.monotonic() - t0 > args.timeout:
-                return 1, f"timed out after {args.timeout:.0f} s"
-            stop.wait(0.5)
-    return 130, "interrupted"
-
-
-def phase_label(s: Any) -> str:
-    """The phase of one ``Monitor.Status`` reply in words: ``registering``, ``waiting for
-    edges`` (training has begun at the cloud but no edge server has connected yet),
-    ``training`` or ``done``."""
-    from fedcure_app.protocol import cloud_pb2 as pb
-
-    if s.phase == pb.StatusReply.TRAINING:
-        return "waiting for edges" if s.edges_connected == 0 else "training"
-    return {pb.StatusReply.REGISTERING: "registering",
-            pb.StatusReply.DONE: "done"}.get(s.phase, "starting")
-
-
-def progress_line(phase: str, done: int, total: int, detail: str, elapsed_s: float,
-                  width: int) -> str:
-    """One progress line at most ``width - 1`` characters (the terminal's last column makes
-    some terminals wrap): ``phase round done/total``, a bar when there is room, ``detail`` cut
-    at its end with ``…`` when it does not fit, and the elapsed time ``H:MM:SS`` (whole seconds).
-    The phase, the round and the elapsed time are never cut."""
-    secs = int(max(0.0, elapsed_s))
-    clock = f"{secs // 3600}:{secs // 60 % 60:02d}:{secs % 60:02d}"
-    head = f"{phase} round {done}/{total}"
-    room = max(0, width - 1) - len(head) - len(clock) - 2
-    bar_w = min(20, room - len(detail) - 1) if total > 0 else 0
-    if bar_w >= 6:
-        filled = round(bar_w * min(done, total) / total)
-        head += " " + "━" * filled + "─" * (bar_w - filled)
-        room -= bar_w + 1
-    if len(detail) > room:
-        detail = detail[:max(0, room - 1)] + "…" if room > 0 else ""
-    return " ".join(x for x in (head, detail, clock) if x)
-
-
-def status_text(s: Any, edges_done: int = 0) -> str:
-    """The progress bar's detail for one ``Monitor.Status`` reply: while registering, clients
-    registered and edges connected; while training, edges connected and each coalition's edge
-    round (:func:`progress_text`); once done, the edges that have finished (``edges_done``:
-    edge processes that exited with code 0; an edge leaves the cloud when it is done)."""
-    from fedcure_app.protocol import cloud_pb2 as pb
-
-    edges = f"{s.edges_connected}/{s.num_edges} edges connected"
-    if s.phase == pb.StatusReply.REGISTERING:
-        return f"{s.clients_registered}/{s.expected_clients} clients, {edges}"
-    if s.phase == pb.StatusReply.DONE:
-        done = max(edges_done, s.num_edges - s.edges_connected)
-        return f"{min(done, s.num_edges)}/{s.num_edges} edges done"
-    return edges + (f" · {progress_text(s.progress)}" if s.progress else "")
-
-
-def progress_text(progress: Any) -> str:
-    """``Monitor.Status``'s per-coalition progress in short: ``c0 e4/12 wait[3,5] ~40s`` (edge
-    round being trained of τ_e, clients still training, ETA in seconds), ``|``-separated."""
-    parts = []
-    for p in progress:
-        wait = ",".join(str(c) for c in p.training_client_ids)
-        step = (f"e{p.edge_round + 1}/{p.tau_e}" if p.edge_round < p.tau_e
-                else f"e{p.tau_e}/{p.tau_e} done")
-        parts.append(f"c{p.coalition} {step}" + (f" wait[{wait}]" if wait else "")
-                     + f" ~{p.eta_s:.0f}s")
-    return " | ".join(parts)
-
-
-def _summary(result: dict[str, Any], command: str = "launch",
-             extra: list[tuple[str, str]] | None = None) -> Any:
-    from rich.table import Table
-
-    t = Table(title=f"FedCure deployment (fedcure {command})", show_header=False)
-    acc, best = result.get("final_accuracy"), result.get("best_accuracy")
-    t.add_row("rounds", str(result.get("rounds")))
-    t.add_row("final accuracy", "-" if acc is None else f"{100 * acc:.2f} %")
-    t.add_row("best accuracy", "-" if best is None else f"{100 * best:.2f} %")
-    t.add_row("coalitions", str(result.get("coalitions")))
-    if result.get("initial_jsd") is not None:
-        moves = (result.get("formation") or {}).get("moves")
-        t.add_row("JSD initial → formed",
-                  f"{result['initial_jsd']:.4f} → {result['formed_jsd']:.4f}"
-                  + ("" if moves is None else f" ({moves} moves)"))
-    t.add_row("wall time", f"{result.get('wall_seconds', 0.0):.1f} s")
-    t.add_row("energy", f"{result.get('energy_j', 0.0):.1f} J")
-    for label, value in extra or []:
-        t.add_row(label, value)
-    t.add_row("warnings", str(len(result.get("warnings") or [])))
-    return t
-
-
-def _coalition_table(result: dict[str, Any]) -> Any:
-    """Per coalition: devices, mean task latency (its first task left out), T̂ at the end,
-    share of rounds, mean frequencies directed and applied per device."""
-    from rich.table import Table
-
-    from fedcure_app.cli.coalition_summary import (
-        coalition_rows,
-        devices_text,
-        ghz_text,
-        latency_spread,
-    )
-
-    rows = coalition_rows(result)
-    spread = latency_spread(rows)
-    t = Table(title="coalitions" + ("" if spread is None else
-                                    f" (slowest/fastest mean latency {spread:.2f}×)"))
-    for col in ("", "devices", "tasks", "mean latency s", "T̂ end s", "share",
-                "directed GHz", "applied GHz"):
-        t.add_column(col, justify="left" if col in ("devices", "directed GHz", "applied GHz")
-                     else "right")
-    for r in rows:
-        lat, th = r["mean_latency_s"], r["t_hat_s"]
-        t.add_row(str(r["coalition"]), devices_text(r["devices"]), str(r["tasks"]),
-                  "-" if lat is None else f"{lat:.2f}", "-" if th is None else f"{th:.2f}",
-                  f"{r['share']:.2f}", ghz_text(r["directed_ghz"]), ghz_text(r["applied_ghz"]))
-    return t
-
-
-class WarningLines(logging.Handler):
-    """Every warning this process logs while attached (its message, one line each)."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            self.lines.append(" ".join(record.getMessage().split()))
-        except Exception:  # noqa: BLE001 - a bad format string must not end the run
-            pass
-
-
-def add_warnings(result_path: Path, lines: list[str], command: str) -> dict[str, Any]:
-    """Append ``lines`` (warnings printed by ``fedcure <command>``) to ``result.json``'s
-    ``warnings``, each ``{"kind": command, "detail": line}``; return the result."""
-    result = json.loads(result_path.read_text())
-    if lines:
-        result.setdefault("warnings", []).extend(
-            {"kind": command, "detail": line} for line in lines)
-        tmp = result_path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(result, indent=1))
-        tmp.replace(result_path)
-    return result
 
 
 def run(args: argparse.Namespace, site: Site | None = None) -> int:
@@ -642,7 +433,7 @@ def _run(args: argparse.Namespace, site: Site, cfg: FedCureConfig,
                 reason = reason.replace(" at start; its log ends with", " at start") + \
                     f": {last[-1].strip()}"
             code = 2 if "exited with code 2" in reason else 1
-            return _report_failure(out, reason, code, tail="", command=site.command)
+            return report_failure(out, reason, code, tail="", command=site.command)
         console.print(f"cloud {record['cloud']}, {len(roles.edges)} edges, "
                       f"{len(roles.clients)} clients started; logs in {out / 'logs'}")
         if record.get("dashboard"):
@@ -675,27 +466,23 @@ def _run(args: argparse.Namespace, site: Site, cfg: FedCureConfig,
     result_path = out / "result.json"
     if code == 0 and result_path.is_file():
         result = add_warnings(result_path, caught.lines, site.command)
-        console.print(_summary(result, site.command, site.summary_rows()))
+        console.print(summary_table(result, site.command, site.summary_rows()))
         # not cut to 80 columns when written to a file or pipe
         (console if console.is_terminal else Console(stderr=True, width=160)).print(
-            _coalition_table(result))
+            coalition_table(result))
         if failed:
             console.print(f"[yellow]roles that exited with an error: {failed} "
                           f"(see {out / 'logs'})")
         console.print(f"results in {out}")
         return 0
     tail = roles.cloud.tail() if roles.cloud is not None else ""
-    return _report_failure(out, reason, code, tail if code not in (0, 130) else "",
+    return report_failure(out, reason, code, tail if code not in (0, 130) else "",
                            command=site.command)
 
 
-def _report_failure(out: Path, reason: str, code: int, tail: str,
-                    command: str = "launch") -> int:
-    """Print why the run failed (one line, then the cloud log's tail if any); the exit code."""
-    print(f"fedcure {command}: error: {reason}; logs in {out / 'logs'}"
-          + (f"\ncloud log ends with:\n{tail}" if tail else ""), file=sys.stderr)
-    return code if code else 1
+#: the names the two halves had here before (re-exported)
+_summary, _coalition_table, _report_failure = summary_table, coalition_table, report_failure
 
-
-__all__ = ["Site", "add_run_options", "config_from_args", "register", "run", "start_roles",
-           "phase_label", "progress_line", "status_text"]
+__all__ = ["Site", "StatusPoller", "WarningLines", "add_run_options", "add_warnings",
+           "config_from_args", "phase_label", "progress_line", "progress_text", "register",
+           "run", "start_roles", "status_text", "supervise"]

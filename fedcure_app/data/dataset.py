@@ -81,11 +81,20 @@ class Dataset:
         return np.bincount(y, minlength=self.num_classes).astype(np.int64)
 
 
+def norm_constants(spec: DatasetSpec) -> tuple[np.ndarray, np.ndarray]:
+    """Per-channel float32 ``(scale, shift)`` with x_norm = x·scale − shift, i.e.
+    scale_c = 1/(pixel_max·std_c) and shift_c = mean_c/std_c: the one source of the constants
+    for :func:`normalise` and for a trainer that normalises uint8 pixels per batch
+    (:class:`fedcure_app.training.PixelNorm`), so both give the same float32 values."""
+    scale = np.asarray([1.0 / (spec.pixel_max * s) for s in spec.std], dtype=np.float32)
+    shift = np.asarray([m / s for m, s in zip(spec.mean, spec.std)], dtype=np.float32)
+    return scale, shift
+
+
 def normalise(x: np.ndarray, spec: DatasetSpec) -> np.ndarray:
     """uint8 (N, C, H, W) -> float32 (N, C, H, W): (x/pixel_max − mean_c)/std_c, one allocation."""
     out = x.astype(np.float32)
-    scale = np.asarray([1.0 / (spec.pixel_max * s) for s in spec.std], dtype=np.float32)
-    shift = np.asarray([m / s for m, s in zip(spec.mean, spec.std)], dtype=np.float32)
+    scale, shift = norm_constants(spec)
     out *= scale[None, :, None, None]
     out -= shift[None, :, None, None]
     return out

@@ -88,6 +88,19 @@ def _read_or_cached(key: str, source: Path, use_cache: bool) -> tuple[RawSplits,
     return raw, False
 
 
+def load_raw(name: str, data_dir: str | Path | None = None, *, cache: bool = True,
+             download: bool = False) -> tuple[RawSplits, str, bool]:
+    """Dataset ``name``'s decoded uint8 splits (not normalised), where they came from and
+    whether from the cache; the arguments as :func:`load_dataset`'s. A deployed client cuts
+    its partition from these and keeps its images as uint8 (a quarter of float32's bytes)."""
+    key = canonical_name(name)
+    if key == "digits":
+        return digits.read(), "scikit-learn digits (bundled)", False
+    src = locate_source(key, data_dir, download=download)
+    raw, from_cache = _read_or_cached(key, src, cache)
+    return raw, READERS[key].describe(src), from_cache
+
+
 def load_dataset(name: str, data_dir: str | Path | None = None, *, cache: bool = True,
                  download: bool = False) -> Dataset:
     """Load dataset ``name`` (digits, mnist, cifar10, svhn, cinic10) as a normalised Dataset.
@@ -100,12 +113,7 @@ def load_dataset(name: str, data_dir: str | Path | None = None, *, cache: bool =
     key = canonical_name(name)
     spec = SPECS[key]
     started = time.perf_counter()
-    if key == "digits":
-        raw, source, from_cache = digits.read(), "scikit-learn digits (bundled)", False
-    else:
-        src = locate_source(key, data_dir, download=download)
-        raw, from_cache = _read_or_cached(key, src, cache)
-        source = READERS[key].describe(src)
+    raw, source, from_cache = load_raw(key, data_dir, cache=cache, download=download)
     ds = build_dataset(spec, raw, source, from_cache)
     log.info("loaded %s (%d train, %d test) from %s%s in %.3f s", key, ds.train_size,
              ds.test_size, source, " (cache)" if from_cache else "",

@@ -17,11 +17,11 @@ Which data a client holds: the run config names the dataset and the partition (t
 keys as :func:`fedcure_app.config.apply_flat`, see :mod:`fedcure_app.flower.app_config`); the
 client's id comes from the message's ``client-id`` (in simulation it equals the node's
 ``partition-id``). A deployed SuperNode (started by ``fedcure-client``) instead names its own
-data in its node config: ``data-file`` (a :mod:`fedcure_app.flower.node_data` file with the samples
-and the device profile) and ``client-id`` (the cloud's id for it); its ClientApp refuses messages
-for any other client id, and logs each applied directive next to the data file. Dataset, partition,
-device profiles and per-client tensors are cached at module level, keyed by the run-config values
-they depend on, since simulation actors persist across messages.
+data in its node config: ``data-file`` (a :mod:`fedcure_app.flower.node_data` file with the
+samples and the device profile) and ``client-id`` (the cloud's id for it); its ClientApp refuses
+messages for any other client id, and logs each applied directive next to the data file.
+Dataset, partition, device profiles and per-client tensors are cached at module level, keyed by
+the run-config values they depend on, since simulation actors persist across messages.
 
 Frequency control: ``cpufreq`` from the node config, else from the run config (``emulate``
 by default): ``emulate`` stretches the measured time to what the directed frequency would take
@@ -192,6 +192,8 @@ class _DeployedState:
     x: torch.Tensor
     y: torch.Tensor
     model: torch.nn.Module
+    #: per-batch normalisation of ``x`` (uint8 pixels), None when ``x`` is normalised float32
+    norm: Any = None
     actuators: dict[str, FrequencyActuator] = field(default_factory=dict)
     #: the GPU-clock actuator per (kind, root); None where there is none (off, or no devfreq)
     gpu_actuators: dict[str, Any] = field(default_factory=dict)
@@ -244,7 +246,7 @@ class _DeployedState:
         model = copy.deepcopy(self.model)
         return calibrate_host(
             lambda steps: train_local(model, self.x, self.y, steps=steps, lr=0.01,
-                                      batch_size=batch_size, seed=0),
+                                      batch_size=batch_size, seed=0, norm=self.norm),
             samples_per_step=min(batch_size, len(self.y)))
 
 
@@ -258,14 +260,42 @@ _last_load_s = 0.0
 
 def _load_parts(path: str, device: str = "cpu"
                 ) -> tuple[Any, torch.Tensor, torch.Tensor, torch.nn.Module]:
-    """Node data file ``path``: (data, x, y, model), the tensors and the model on ``device``."""
+    """Node data file ``path``: (data, x, y, model), the tensors and the model on ``device``.
+    On the CPU ``x``/``y`` share the file's arrays (no copy); on a GPU ``data`` keeps no copy of
+    the images (:func:`_held_once`)."""
     from fedcure_app.flower.node_data import load_node_data
     from fedcure_app.training import resolve_device
 
     data = load_node_data(path)
     dev = resolve_device(device)
-    return (data, torch.from_numpy(data.x).to(dev), torch.from_numpy(data.y).to(dev),
-            build_model(data.dataset, data.num_classes).to(dev))
+    return _held_once((data, torch.from_numpy(data.x).to(dev), torch.from_numpy(data.y).to(dev),
+                       build_model(data.dataset, data.num_classes).to(dev)))
+
+
+def _held_once(parts: tuple[Any, torch.Tensor, torch.Tensor, torch.nn.Module]
+               ) -> tuple[Any, torch.Tensor, torch.Tensor, torch.nn.Module]:
+    """``parts`` whose node data no longer holds the images when the tensors are copies of
+    them (on a GPU): the images are then held once, on the device."""
+    import dataclasses
+
+    data, x = parts[0], parts[1]
+    if x.device.type == "cpu" or data.x.shape[0] == 0:
+        return parts
+    return (dataclasses.replace(data, x=np.empty((0, *data.x.shape[1:]), data.x.dtype)),
+            *parts[1:])
+
+
+def pixel_norm(data: Any) -> Any:
+    """The per-batch normalisation of node data ``data`` whose images are uint8 pixels
+    (:class:`fedcure_app.training.PixelNorm`, from the file's own constants where it has them),
+    or None for a file of normalised float32 images."""
+    from fedcure_app.training import PixelNorm
+
+    if data.x.dtype != np.uint8:
+        return None
+    if data.pixel_norm is None:
+        return PixelNorm.for_dataset(data.dataset)
+    return PixelNorm(*(np.asarray(v, dtype=np.float32) for v in data.pixel_norm))
 
 
 def _on(parts: tuple[Any, torch.Tensor, torch.Tensor, torch.nn.Module], device: str
@@ -277,7 +307,7 @@ def _on(parts: tuple[Any, torch.Tensor, torch.Tensor, torch.nn.Module], device: 
     data, x, y, model = parts
     if x.device.type == dev.type:
         return parts
-    return data, x.to(dev), y.to(dev), model.to(dev)
+    return _held_once((data, x.to(dev), y.to(dev), model.to(dev)))
 
 
 def preload(path: str, warm_steps: int = 2, batch_size: int = 32,
@@ -294,7 +324,8 @@ def preload(path: str, warm_steps: int = 2, batch_size: int = 32,
         weights = get_weights(model)
         shapes = weight_shapes(model)
         set_weights(model, unpack(pack(weights), shapes))
-        train_local(model, x, y, steps=warm_steps, lr=0.01, batch_size=batch_size, seed=0)
+        train_local(model, x, y, steps=warm_steps, lr=0.01, batch_size=batch_size, seed=0,
+                    norm=pixel_norm(data))
         ArrayRecord(pack(get_weights(model)))
         set_weights(model, weights)
     with _lock:
@@ -325,7 +356,7 @@ def deployed_state(context: Context) -> _DeployedState | None:
                 _last_load_s = time.perf_counter() - t0
             data, x, y, model = parts
             state = _DeployedState(path=str(path), client=client, data=data, x=x, y=y,
-                                   model=model)
+                                   model=model, norm=pixel_norm(data))
             _deployed.clear()
             _deployed[key] = state
         return state
@@ -358,7 +389,7 @@ def train(msg: Message, context: Context) -> Message:
         if len(deployed.actuators) > made:  # made here (a cgroup one measures the host): start-up
             load_s += time.perf_counter() - t_act
         f_max = deployed.data.profile.f_max_ghz
-        x, y, model = deployed.x, deployed.y, deployed.model
+        x, y, model, norm = deployed.x, deployed.y, deployed.model, deployed.norm
     else:
         cfg = _config(context.run_config)
         state = client_state(cfg)
@@ -370,7 +401,7 @@ def train(msg: Message, context: Context) -> Message:
         actuator = state.actuator(client, kind)
         f_max = state.profiles[client].f_max_ghz
         x, y = state.data(client)
-        model = state.model
+        model, norm = state.model, None
     f_req = float(conf.get("freq-ghz", 0.0))
     # no directive (0): run flat out
     f_applied = float(actuator.apply(f_req if f_req > 0 else f_max))
@@ -390,7 +421,7 @@ def train(msg: Message, context: Context) -> Message:
     res = train_local(
         model, x, y,
         steps=int(conf["tau-c"]), lr=float(conf["lr"]), batch_size=int(conf["batch-size"]),
-        seed=int(conf["seed"]),
+        seed=int(conf["seed"]), norm=norm,
     )
     trace("app.train_end", msg.metadata.message_id)
     seconds = float(actuator.stretch(res.seconds, f_applied))
@@ -449,16 +480,16 @@ def evaluate_local(msg: Message, context: Context) -> Message:
     deployed = deployed_state(context)
     if deployed is not None:
         _check_deployed_id(deployed, conf)
-        x, y, model = deployed.x, deployed.y, deployed.model
+        x, y, model, norm = deployed.x, deployed.y, deployed.model, deployed.norm
     else:
         cfg = _config(context.run_config)
         state = client_state(cfg)
         client = _client_id(state, conf, context)
         x, y = state.data(client)
-        model = state.model
+        model, norm = state.model, None
     shapes = weight_shapes(model)
     set_weights(model, unpack(msg.content["arrays"].to_numpy_ndarrays(), shapes))
-    res = evaluate(model, x, y)
+    res = evaluate(model, x, y, norm=norm)
     metrics = MetricRecord({
         "num-examples": int(res.samples), "loss": float(res.loss),
         "accuracy": float(res.accuracy),

@@ -4,10 +4,14 @@
 the file's path in its node config (``data-file``), and the ClientApp (a fresh process per
 message) loads it instead of re-reading and re-partitioning the dataset.
 
-Format: a NumPy ``.npz`` with arrays ``x`` (float32, N×C×H×W), ``y`` (int64, N) and ``meta``
+Format: a NumPy ``.npz`` with arrays ``x`` (N×C×H×W: uint8 pixels as the dataset stores them,
+normalised per batch by the trainer (:class:`fedcure_app.training.PixelNorm`), or float32
+already normalised), ``y`` (int64, N) and ``meta``
 (a 0-d unicode array holding JSON: ``dataset``, ``num_classes``, ``client_name``,
 ``partition_id``, ``profile`` (a :class:`~fedcure_app.devices.DeviceProfile` as a dict),
-``format`` = ``"fedcure-node-data/1"``).
+``format`` = ``"fedcure-node-data/1"`` and, with uint8 pixels, ``pixel_norm``: the per-channel
+``scale`` and ``shift`` the trainer normalises them with, so that it need not import the dataset
+readers).
 
 Next to it, the ClientApp appends one JSON line per training message to
 ``<data-file>.applied.jsonl`` (:func:`append_applied`): the directive it received and the
@@ -35,7 +39,8 @@ class NodeDataError(ValueError):
 
 @dataclass(frozen=True)
 class NodeData:
-    """One client's samples, identity and device profile."""
+    """One client's samples, identity and device profile. ``x``: uint8 pixels (N, C, H, W) as
+    the dataset stores them, or float32 images already normalised."""
 
     x: np.ndarray
     y: np.ndarray
@@ -44,6 +49,9 @@ class NodeData:
     client_name: str
     partition_id: int
     profile: DeviceProfile
+    #: per-channel (scale, shift) that normalise uint8 ``x`` as x·scale − shift (float32 values,
+    #: :func:`fedcure_app.data.dataset.norm_constants`); None: the dataset's, or ``x`` is float32
+    pixel_norm: tuple[tuple[float, ...], tuple[float, ...]] | None = None
 
     @property
     def label_counts(self) -> np.ndarray:
@@ -60,8 +68,12 @@ def save_node_data(path: str | Path, data: NodeData) -> Path:
         "client_name": data.client_name, "partition_id": int(data.partition_id),
         "profile": data.profile.model_dump(mode="json"),
     }
+    if data.pixel_norm is not None:
+        meta["pixel_norm"] = {"scale": [float(v) for v in data.pixel_norm[0]],
+                              "shift": [float(v) for v in data.pixel_norm[1]]}
     tmp = p.with_name(p.name + ".tmp.npz")
-    np.savez(tmp, x=np.ascontiguousarray(data.x, dtype=np.float32),
+    x_dtype = np.uint8 if data.x.dtype == np.uint8 else np.float32
+    np.savez(tmp, x=np.ascontiguousarray(data.x, dtype=x_dtype),
              y=np.ascontiguousarray(data.y, dtype=np.int64), meta=np.array(json.dumps(meta)))
     os.replace(tmp, p)
     return p
@@ -83,10 +95,14 @@ def load_node_data(path: str | Path) -> NodeData:
             raise NodeDataError(f"node data file {p}: format {meta.get('format')!r}, "
                                 f"expected {FORMAT!r}")
         profile = parse_profile(meta["profile"])
+        norm = meta.get("pixel_norm")
         out = NodeData(x=x, y=y, dataset=str(meta["dataset"]),
                        num_classes=int(meta["num_classes"]),
                        client_name=str(meta["client_name"]),
-                       partition_id=int(meta["partition_id"]), profile=profile)
+                       partition_id=int(meta["partition_id"]), profile=profile,
+                       pixel_norm=None if norm is None else (
+                           tuple(float(v) for v in norm["scale"]),
+                           tuple(float(v) for v in norm["shift"])))
     except NodeDataError:
         raise
     except (KeyError, TypeError, ValueError) as err:
@@ -94,6 +110,9 @@ def load_node_data(path: str | Path) -> NodeData:
     if out.x.shape[0] != out.y.shape[0] or out.y.size == 0:
         raise NodeDataError(f"node data file {p}: {out.x.shape[0]} inputs for {out.y.size} "
                             "labels (needs at least one sample)")
+    if out.x.dtype not in (np.uint8, np.float32):
+        raise NodeDataError(f"node data file {p}: images are {out.x.dtype}, expected uint8 "
+                            "pixels or normalised float32")
     return out
 
 

@@ -35,20 +35,24 @@ class DeviceProfile(_message.Message):
     def __init__(self, name: _Optional[str] = ..., f_min_ghz: _Optional[float] = ..., f_max_ghz: _Optional[float] = ..., cycles_per_sample: _Optional[_Mapping[str, float]] = ..., uplink_mbps: _Optional[float] = ..., downlink_mbps: _Optional[float] = ..., kappa: _Optional[float] = ..., jitter: _Optional[float] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
-    __slots__ = ("client_name", "label_counts", "device", "home_edge", "token", "supernode_public_key")
+    __slots__ = ("client_name", "label_counts", "device", "home_edge", "token", "supernode_public_key", "compute_device", "samples_per_s")
     CLIENT_NAME_FIELD_NUMBER: _ClassVar[int]
     LABEL_COUNTS_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
     HOME_EDGE_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     SUPERNODE_PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
+    COMPUTE_DEVICE_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_PER_S_FIELD_NUMBER: _ClassVar[int]
     client_name: str
     label_counts: _containers.RepeatedScalarFieldContainer[int]
     device: DeviceProfile
     home_edge: int
     token: str
     supernode_public_key: str
-    def __init__(self, client_name: _Optional[str] = ..., label_counts: _Optional[_Iterable[int]] = ..., device: _Optional[_Union[DeviceProfile, _Mapping]] = ..., home_edge: _Optional[int] = ..., token: _Optional[str] = ..., supernode_public_key: _Optional[str] = ...) -> None: ...
+    compute_device: str
+    samples_per_s: float
+    def __init__(self, client_name: _Optional[str] = ..., label_counts: _Optional[_Iterable[int]] = ..., device: _Optional[_Union[DeviceProfile, _Mapping]] = ..., home_edge: _Optional[int] = ..., token: _Optional[str] = ..., supernode_public_key: _Optional[str] = ..., compute_device: _Optional[str] = ..., samples_per_s: _Optional[float] = ...) -> None: ...
 
 class RegisterReply(_message.Message):
     __slots__ = ("client_id", "edge_id", "edge_address", "num_clients", "num_edges")

@@ -85,3 +85,53 @@ def test_help_shows_device_with_cuda() -> None:
 
     text = build_parser().format_help()
     assert "--device {cpu,cuda,auto}" in text and "--gpufreq" in text
+
+
+def test_the_training_rate_on_the_cpu_is_positive() -> None:
+    """The rate ``--probe`` reports (and a cuda client registers): the trainer's own steps on
+    the dataset's model, here on the CPU."""
+    from client.rate import samples_per_s
+
+    assert samples_per_s("digits", "cpu", batch_size=8, min_seconds=0.05) > 0
+
+
+def test_probe_with_a_dataset_reports_the_measured_rate() -> None:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    res = subprocess.run([sys.executable, "-m", "client.cli", "--probe", "--dataset", "digits"],
+                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    assert res.returncode == 0, res.stderr
+    training = json.loads(res.stdout)["training"]
+    assert training["device"] == "cpu" and training["dataset"] == "digits"
+    assert training["samples_per_s"] > 0
+
+
+def test_register_carries_the_device_in_use_and_its_rate() -> None:
+    """Register sends where the client trains and its measured rate (the cloud lists both in
+    result.json and takes the rate for the latency prior)."""
+    import argparse
+    import threading
+    from concurrent.futures import Future
+
+    import numpy as np
+
+    from client.association import register
+    from fedcure_app.devices import PRESETS
+    from fedcure_app.flower.node_data import NodeData
+
+    sent = []
+
+    class Stub:
+        class Register:  # noqa: D106 - grpc's unary-unary callable, its .future only
+            @staticmethod
+            def future(req, timeout, wait_for_ready):
+                sent.append(req)
+                fut: Future = Future()
+                fut.set_result("ok")
+                return fut
+
+    data = NodeData(x=np.zeros((2, 1, 8, 8), np.uint8), y=np.array([0, 1]), dataset="digits",
+                    num_classes=10, client_name="g", partition_id=0, profile=PRESETS["rpi4"])
+    args = argparse.Namespace(token="", register_timeout=5.0, cloud="x:1",
+                              device_in_use="cuda", samples_per_s=1234.5)
+    assert register(Stub, args, "g", data, 0, threading.Event()) == "ok"
+    assert (sent[0].compute_device, sent[0].samples_per_s) == ("cuda", 1234.5)

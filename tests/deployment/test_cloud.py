@@ -47,14 +47,18 @@ def status(address: str) -> pb.StatusReply:
         ch.close()
 
 
-def federation(cleanup, clients=6, edges=3, *, out_dir=None, fast=False, evaluator=None, **flat):
-    """A running cloud with connected fake edges and registered clients (home ES = i % M)."""
+def federation(cleanup, clients=6, edges=3, *, out_dir=None, fast=False, evaluator=None,
+               gpu: dict[int, float] | None = None, **flat):
+    """A running cloud with connected fake edges and registered clients (home ES = i % M);
+    ``gpu``: client index -> the samples/s it registers as a ``cuda`` client."""
     cfg = make_cfg(clients, edges, **flat)
     server = start_cloud(cfg, expected=clients, out_dir=out_dir, evaluator=evaluator)
     cleanup.append(server)
     fakes = [FakeEdge(server.address, m, fast=fast) for m in range(edges)]
     cleanup.extend(fakes)
     reqs = [register_request(f"client-{i}", one_hot(i), home=i % edges) for i in range(clients)]
+    for i, rate in (gpu or {}).items():
+        reqs[i].compute_device, reqs[i].samples_per_s = "cuda", rate
     replies = register_all(server.address, reqs)
     return server, fakes, reqs, replies
 
@@ -257,6 +261,43 @@ def test_run_to_the_end_writes_results_and_closes_the_streams(cleanup, tmp_path:
     assert all(np.array_equal(a, b) for a, b in zip(final, server.service.controller.strategy.global_arrays))
     for png in ("accuracy.png", "queues.png", "participation.png"):
         assert (tmp_path / png).stat().st_size > 0
+
+
+def test_result_json_names_each_clients_device_and_measured_rate(cleanup, tmp_path: Path):
+    """A client that registers as ``cuda`` with its measured rate is listed so in result.json,
+    and its latency prior takes 1/rate per sample at f_max (the cycles the cloud keeps)."""
+    server, fakes, reqs, _ = federation(cleanup, clients=4, edges=2, out_dir=tmp_path,
+                                        gpu={1: 5000.0}, **{"global-rounds": 2})
+    done = 0
+    while done < 2:
+        for f in fakes:
+            if not f.tasks.empty() and done < 2:
+                f.submit(f.next_task(), value=1.0)
+                done += 1
+    assert server.join(60)
+    entry = server.service.controller.roster.clients["client-1"]
+    assert entry.profile.cycles_for("digits") == pytest.approx(
+        entry.profile.f_max_ghz * 1e9 / 5000.0)
+    clients = {c["name"]: c for c in json.loads((tmp_path / "result.json").read_text())["clients"]}
+    assert (clients["client-1"]["compute_device"], clients["client-1"]["samples_per_s"]) == (
+        "cuda", 5000.0)
+    assert all((clients[f"client-{i}"]["compute_device"], clients[f"client-{i}"]["samples_per_s"])
+               == ("cpu", None) for i in (0, 2, 3))
+
+
+def test_a_measured_rate_sets_the_cycles_of_the_prior_and_bad_values_are_refused():
+    from cloud_server import validation as door
+    from fedcure_app.devices import PRESETS
+
+    prof = PRESETS["rpi4"]
+    got = door.measured_profile(prof, "digits", 2000.0)
+    assert got.cycles_for("digits") == pytest.approx(prof.f_max_ghz * 1e9 / 2000.0)
+    assert got.cycles_for("mnist") == prof.cycles_for("mnist")   # other models untouched
+    assert door.check_compute("", 0.0) == ("cpu", 0.0)
+    assert door.check_compute("cuda", 10.0) == ("cuda", 10.0)
+    for device, rate in (("tpu", 0.0), ("cuda", -1.0), ("cuda", float("nan")), ("cpu", 1e12)):
+        with pytest.raises(door.Refused):
+            door.check_compute(device, rate)
 
 
 def test_register_waits_for_the_assigned_edge_to_connect(cleanup):

@@ -11,6 +11,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
+import torch
 from flwr.app import ConfigRecord, Context, Error, Message, RecordDict
 
 from client.cli import build_node_data, config_of
@@ -177,6 +178,35 @@ def test_deployed_clientapp_trains_its_own_data_and_logs_the_directive(tmp_path:
     [mid] = grid.push_messages([_train_msg(2, 0.9, 101)])
     [reply] = grid.pull_messages([mid])
     assert reply.has_error() and "holds client 1" in reply.error.reason
+
+
+def test_a_client_holds_uint8_pixels_and_trains_as_on_the_normalised_split(tmp_path: Path):
+    """The node data file keeps the dataset's uint8 pixels (a quarter of float32's bytes); the
+    ClientApp normalises each batch, and its reply equals, bit for bit, the reply of a client
+    holding the normalised float32 images."""
+    import dataclasses
+
+    from fedcure_app.data.dataset import normalise
+    from fedcure_app.data.specs import SPECS
+
+    cfg = apply_flat(FedCureConfig(), {"dataset": "digits", "num-clients": 4, "num-edges": 2})
+    data, _ = build_node_data(cfg, 1, "dev-1")
+    assert data.x.dtype == np.uint8
+    pix = save_node_data(tmp_path / "pixels.npz", data)
+    assert load_node_data(pix).x.dtype == np.uint8
+    flt = save_node_data(tmp_path / "float.npz",
+                         dataclasses.replace(data, x=normalise(data.x, SPECS["digits"])))
+    replies = []
+    for path in (pix, flt):
+        grid = FakeGrid({101: lambda m, p=path: client_app.app(m, _deployed_ctx(p, 1))})
+        torch.manual_seed(0)  # the same initial weights in both messages
+        [mid] = grid.push_messages([_train_msg(1, 0.9, 101)])
+        [reply] = grid.pull_messages([mid])
+        assert not reply.has_error(), reply.error
+        replies.append(reply)
+    a, b = (r.content["arrays"].to_numpy_ndarrays() for r in replies)
+    assert all(np.array_equal(u, v) for u, v in zip(a, b))
+    assert replies[0].content["metrics"]["loss"] == replies[1].content["metrics"]["loss"]
 
 
 # ------------------------------------------------------------------------------ directory

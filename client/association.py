@@ -1,0 +1,128 @@
+"""The client's calls to the cloud's ``Association`` service: claim a partition, cut it from
+the dataset, register (``fedcure-client``, :mod:`client.cli`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import threading
+import time
+from typing import Any
+
+from fedcure_app.errors import UsageError
+
+log = logging.getLogger("fedcure.client")
+
+
+class ClientError(RuntimeError):
+    """The client cannot go on (one line)."""
+
+
+def _rpc_error(err: Any, address: str, what: str) -> ClientError:
+    import grpc
+
+    code = err.code()
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+        return ClientError(f"cannot reach the cloud at {address} ({what}: {err.details()}); "
+                           "wrong address, or the cloud is not running")
+    return ClientError(f"the cloud refused {what} ({code.name}: {err.details()})")
+
+
+def call(method: Any, request: Any, timeout_s: float, stop: threading.Event) -> Any:
+    """A unary call that gives up (returns None) as soon as ``stop`` is set."""
+    fut = method.future(request, timeout=timeout_s, wait_for_ready=True)
+    while not fut.done():
+        if stop.wait(0.1):
+            fut.cancel()
+            return None
+    return fut.result()
+
+
+def claim(stub: Any, args: argparse.Namespace, name: str, stop: threading.Event) -> Any:
+    """``Association.Claim`` (waits up to --connect-timeout for the cloud to come up)."""
+    import grpc
+
+    from fedcure_app.protocol import cloud_pb2 as pb
+
+    req = pb.ClaimRequest(client_name=name, token=args.token)
+    if args.partition_id is not None:
+        req.partition_id = args.partition_id
+    try:
+        return call(stub.Claim, req, args.connect_timeout, stop)
+    except grpc.RpcError as err:
+        raise _rpc_error(err, args.cloud, "Claim") from None
+
+
+def config_of(reply: Any, args: argparse.Namespace) -> Any:
+    """The cloud's configuration, with this client's --data-dir; --dataset must agree."""
+    from fedcure_app.config import apply_flat, build_config
+
+    cfg = build_config(json.loads(reply.config_json))
+    if args.dataset and args.dataset.lower() != cfg.data.dataset:
+        raise UsageError(f"--dataset {args.dataset} differs from the cloud's dataset "
+                         f"{cfg.data.dataset}")
+    if args.num_partitions is not None and args.num_partitions != reply.num_partitions:
+        raise UsageError(f"--num-partitions {args.num_partitions} differs from the cloud's "
+                         f"{reply.num_partitions} clients")
+    if args.data_dir is not None:
+        cfg = apply_flat(cfg, {"data-dir": args.data_dir})
+    return cfg
+
+
+def build_node_data(cfg: Any, index: int, name: str) -> Any:
+    """This client's samples, label counts, initial ES and device profile (as simulate has).
+    The images stay uint8 pixels as the dataset stores them (a quarter of float32's bytes); the
+    trainer normalises each batch (:class:`fedcure_app.training.PixelNorm`)."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from fedcure_app.data.dataset import norm_constants
+    from fedcure_app.data.loader import load_raw
+    from fedcure_app.data.specs import SPECS, canonical_name
+    from fedcure_app.federation import partition_for, profiles_for
+    from fedcure_app.flower.node_data import NodeData
+
+    spec = SPECS[canonical_name(cfg.data.dataset)]
+    raw, _source, _cached = load_raw(spec.name, cfg.data.data_dir)
+    y = np.ascontiguousarray(raw.y_train, dtype=np.int64)
+    part = partition_for(cfg, SimpleNamespace(y_train=y, num_classes=spec.num_classes))
+    idx = part.client_indices[index]
+    if len(idx) == 0:
+        raise ClientError(f"partition {index} of {cfg.data.dataset} is empty: nothing to train")
+    data = NodeData(x=raw.x_train[idx], y=y[idx], dataset=spec.name,
+                    num_classes=spec.num_classes, client_name=name, partition_id=index,
+                    profile=profiles_for(cfg)[index],
+                    pixel_norm=tuple(tuple(float(v) for v in a)  # type: ignore[arg-type]
+                                     for a in norm_constants(spec)))
+    return data, int(part.initial_assignment[index])
+
+
+def register(stub: Any, args: argparse.Namespace, name: str, data: Any, home: int,
+             stop: threading.Event, supernode_key: str = "") -> Any:
+    """``Association.Register`` until formation has run (re-calling on DEADLINE_EXCEEDED)."""
+    import grpc
+
+    from fedcure_app.protocol import cloud_pb2 as pb
+    from fedcure_app.protocol.codec import profile_to_proto
+
+    req = pb.RegisterRequest(client_name=name, label_counts=data.label_counts.tolist(),
+                             device=profile_to_proto(data.profile), home_edge=home,
+                             token=args.token, supernode_public_key=supernode_key,
+                             compute_device=getattr(args, "device_in_use", "cpu"),
+                             samples_per_s=float(getattr(args, "samples_per_s", 0.0) or 0.0))
+    end = time.monotonic() + args.register_timeout
+    while not stop.is_set():
+        left = end - time.monotonic()
+        if left <= 0:
+            raise ClientError(f"coalition formation did not run within {args.register_timeout:.0f}"
+                              " s (not all expected clients registered?)")
+        try:
+            return call(stub.Register, req, min(left, 120.0), stop)
+        except grpc.RpcError as err:
+            if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                log.info("still waiting for coalition formation: %s", err.details())
+                continue
+            raise _rpc_error(err, args.cloud, "Register") from None
+    return None
