@@ -44,6 +44,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -160,6 +161,63 @@ def pool_before_relu(model: nn.Module) -> nn.Module:
     return out
 
 
+def direct_forward(model: nn.Module
+                   ) -> Callable[[list[torch.Tensor], torch.Tensor], torch.Tensor] | None:
+    """A forward function ``f(params, x)`` of ``model`` that calls torch's functional ops on the
+    given parameters directly (``params``: tensors in ``named_parameters`` order), or None when
+    ``model`` is not an ``nn.Sequential`` of Conv2d, Linear, ReLU, MaxPool2d and Flatten layers.
+
+    It computes what ``functional_call(model, ...)`` computes, op for op, without swapping the
+    module's parameters in and out on every call; :func:`torch.func.functional_call` stays the
+    path for any other model.
+    """
+    if not isinstance(model, nn.Sequential):
+        return None
+    layers: list = []
+    index = 0
+    for mod in model:
+        if isinstance(mod, nn.Conv2d) and isinstance(mod.padding, (tuple, int)):
+            has_bias = mod.bias is not None
+            layers.append(("conv", index, has_bias, mod.stride, mod.padding, mod.dilation,
+                           mod.groups))
+            index += 2 if has_bias else 1
+        elif isinstance(mod, nn.Linear):
+            has_bias = mod.bias is not None
+            layers.append(("linear", index, has_bias))
+            index += 2 if has_bias else 1
+        elif isinstance(mod, nn.ReLU):
+            layers.append(("relu",))
+        elif isinstance(mod, nn.MaxPool2d) and not mod.return_indices:
+            layers.append(("pool", mod.kernel_size, mod.stride, mod.padding, mod.dilation,
+                           mod.ceil_mode))
+        elif isinstance(mod, nn.Flatten):
+            layers.append(("flatten", mod.start_dim, mod.end_dim))
+        else:
+            return None
+    if index != len(list(model.parameters())):
+        return None
+
+    def forward(params: list[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        for layer in layers:
+            kind = layer[0]
+            if kind == "conv":
+                _, i, has_bias, stride, padding, dilation, groups = layer
+                x = F.conv2d(x, params[i], params[i + 1] if has_bias else None, stride, padding,
+                             dilation, groups)
+            elif kind == "linear":
+                _, i, has_bias = layer
+                x = F.linear(x, params[i], params[i + 1] if has_bias else None)
+            elif kind == "relu":
+                x = F.relu(x)
+            elif kind == "pool":
+                x = F.max_pool2d(x, *layer[1:])
+            else:
+                x = x.flatten(layer[1], layer[2])
+        return x
+
+    return forward
+
+
 def stacked(t: torch.Tensor, k: int, channels_last: bool) -> torch.Tensor:
     """``k`` copies of ``t`` along a new leading axis; a 4-d convolution weight with
     ``channels_last`` is laid out so that every copy is channels-last (stride 1 on its input
@@ -199,6 +257,7 @@ class BatchedExecutor:
         self.y = torch.cat([y.long() for _, y in client_data]).to(self.device)
 
         model = self.forward_model = pool_before_relu(self.model)
+        self._direct = direct_forward(model)
 
         def loss_fn(params: dict[str, torch.Tensor], xb: torch.Tensor, yb: torch.Tensor,
                     mask: torch.Tensor) -> torch.Tensor:
@@ -228,9 +287,11 @@ class BatchedExecutor:
                 continue
             ps = [p[c].detach().requires_grad_() for p in params]
             xin = xb[c, :n].contiguous(memory_format=torch.channels_last)
-            out = F.cross_entropy(functional_call(self.forward_model, dict(zip(self.names, ps)),
-                                                  (xin,)),
-                                  yb[c, :n])
+            if self._direct is not None:
+                logits = self._direct(ps, xin)
+            else:
+                logits = functional_call(self.forward_model, dict(zip(self.names, ps)), (xin,))
+            out = F.cross_entropy(logits, yb[c, :n])
             for g, gc in zip(grads, torch.autograd.grad(out, ps)):
                 g[c].copy_(gc)
             loss[c] = out.detach()
@@ -311,4 +372,4 @@ class BatchedExecutor:
 
 
 __all__ = ["BatchPlan", "BatchedExecutor", "client_batches", "client_steps", "plan_round",
-           "pool_before_relu"]
+           "direct_forward", "pool_before_relu"]

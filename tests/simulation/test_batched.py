@@ -12,6 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
+from torch.func import functional_call
 
 from fedcure_app.config import FedCureConfig, apply_flat
 from fedcure_app.data import load_dataset
@@ -21,6 +22,7 @@ from fedcure_app.simulation.batched import (
     BatchedExecutor,
     client_batches,
     client_steps,
+    direct_forward,
     plan_round,
     pool_before_relu,
 )
@@ -190,3 +192,26 @@ def test_a_model_without_a_relu_before_a_pool_is_left_as_it_is():
     model = nn.Sequential(nn.Conv2d(1, 2, 3), nn.MaxPool2d(2), nn.ReLU())
     assert pool_before_relu(model) is model
     assert pool_before_relu(nn.Linear(2, 2)).__class__ is nn.Linear
+
+
+@pytest.mark.parametrize("dataset", ["digits", "mnist", "cifar10"])
+def test_the_direct_forward_computes_what_functional_call_computes(dataset):
+    torch.manual_seed(1)
+    model = pool_before_relu(build_model(dataset))
+    forward = direct_forward(model)
+    assert forward is not None
+    shape = {"digits": (3, 1, 8, 8), "mnist": (3, 1, 28, 28), "cifar10": (3, 3, 32, 32)}[dataset]
+    x = torch.randn(shape).contiguous(memory_format=torch.channels_last)
+    params = [p.detach().clone().requires_grad_() for p in model.parameters()]
+    names = [n for n, _ in model.named_parameters()]
+    a = forward(params, x)
+    b = functional_call(model, dict(zip(names, params)), (x,))
+    assert torch.equal(a, b)
+    ga = torch.autograd.grad(a.square().sum(), params)
+    gb = torch.autograd.grad(b.square().sum(), params)
+    assert all(torch.equal(u, v) for u, v in zip(ga, gb))
+
+
+def test_a_layer_the_direct_forward_does_not_know_falls_back_to_functional_call():
+    assert direct_forward(nn.Sequential(nn.Conv2d(1, 2, 3), nn.Tanh())) is None
+    assert direct_forward(nn.Linear(2, 2)) is None
