@@ -176,7 +176,7 @@ def direct_forward(model: nn.Module
     layers: list = []
     index = 0
     for mod in model:
-        if isinstance(mod, nn.Conv2d) and isinstance(mod.padding, (tuple, int)):
+        if isinstance(mod, nn.Conv2d) and mod.padding_mode == "zeros":
             has_bias = mod.bias is not None
             layers.append(("conv", index, has_bias, mod.stride, mod.padding, mod.dilation,
                            mod.groups))

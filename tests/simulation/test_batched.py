@@ -214,4 +214,6 @@ def test_the_direct_forward_computes_what_functional_call_computes(dataset):
 
 def test_a_layer_the_direct_forward_does_not_know_falls_back_to_functional_call():
     assert direct_forward(nn.Sequential(nn.Conv2d(1, 2, 3), nn.Tanh())) is None
+    padded = nn.Sequential(nn.Conv2d(1, 2, 3, padding=1, padding_mode="reflect"), nn.ReLU())
+    assert direct_forward(padded) is None  # F.conv2d alone would pad with zeros
     assert direct_forward(nn.Linear(2, 2)) is None
