@@ -25,7 +25,8 @@ class PaperFigure:
 
 SOURCE_ABSTRACT = ("Chen et al., \"FedCure: Mitigating Participation Bias in Semi-Asynchronous "
                    "Federated Learning with Non-IID Data\", arXiv:2511.10227v1, abstract")
-SOURCE_FIG2 = "the paper's Fig. 2 as quoted in the project's issue 7 (50 clients, 5 ESs)"
+SOURCE_FIG2 = ("Chen et al., \"FedCure\", AAAI 2026, arXiv:2511.10227, Fig. 2 as its text states "
+               "it (50 clients, 5 ESs)")
 SOURCE_TABLE1 = ("Chen et al., \"FedCure\", AAAI 2026, arXiv:2511.10227, Table 1 (final test "
                  "accuracy %, mean ± std, edge non-IID, 50 clients / 5 ESs)")
 SOURCE_FIG3 = ("Chen et al., \"FedCure\", AAAI 2026, arXiv:2511.10227, Fig. 3 as its text states "
