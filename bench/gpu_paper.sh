@@ -8,14 +8,17 @@
 # into a scratch folder first, so runs already cached there are not run again.
 #
 # What it does, in order:
-#   1. decodes both datasets once (the decode cache), so the job processes start at once;
-#   2. times one coalition task of both CNNs on the GPU, one by one and batched
-#      (bench/batched.py steps; also the smoke test of the batched executor on CUDA: when it
-#      fails, the runs below use --executor inprocess);
-#   3. runs three sets at once, each Table 1, then Fig. 3 (clustering), then Fig. 4
-#      (efficiency): CIFAR-10 at reading momentum, MNIST at reading momentum and CIFAR-10 at
-#      reading literal, with --jobs processes each sharing the GPU;
-#   4. after SECONDS (default 540) from its start, interrupts what still runs (Ctrl-C: what
+#   1. starts CUDA MPS where nvidia-cuda-mps-control exists and a CUDA call works under it
+#      (the job processes then share the GPU's compute instead of taking turns); MPS=0 skips it;
+#   2. decodes both datasets once (the decode cache), so the job processes start at once;
+#   3. times one coalition task of both CNNs on the GPU, one by one and batched, with and without
+#      CUDA graphs and with vmap's gradient (bench/batched.py steps). It is also the smoke test:
+#      a batched variant whose edge model differs from the one-by-one one by more than 1e-3 is
+#      not used (graphs off: --no-cuda-graphs; batched broken: --executor inprocess);
+#   4. runs the sets named by SETS (default "cifar10:momentum:7 cifar10:literal:7":
+#      dataset:reading:jobs), all at once, each Table 1, then Fig. 3 (clustering), then Fig. 4
+#      (efficiency), every job process sharing the GPU;
+#   5. after SECONDS (default 540) from its start, interrupts what still runs (Ctrl-C: what
 #      finished stays in the run cache, a rerun resumes) and packs into OUT: results.tar.gz
 #      (the scratch results folder: run caches, summaries, figures), the logs, bench.txt,
 #      gpu.txt and runs.tsv (one line per trained run in the cache: dataset, run, executor,
@@ -45,16 +48,41 @@ for name in ("cifar10", "mnist"):
     print(name, d.source, f"{time.perf_counter() - t0:.1f} s")
 EOF
 echo "decoded at $(elapsed) s" >> "$out/decode.log"
-executor=batched
+mps=0
+if [ "${MPS:-1}" != 0 ] && [ "$device" = cuda ] && command -v nvidia-cuda-mps-control >/dev/null
+then
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/fedcure-mps/pipe CUDA_MPS_LOG_DIRECTORY=/tmp/fedcure-mps/log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  if nvidia-cuda-mps-control -d && timeout 60 python3 -c \
+      "import torch; assert torch.ones(4, device='cuda').sum().item() == 4"; then
+    mps=1
+  else
+    echo quit | nvidia-cuda-mps-control 2>/dev/null
+    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  fi
+fi
+echo "MPS: $mps" >> "$out/gpu.txt"
+executor=batched; graphs=()
 if [ "${BENCH:-1}" = 0 ]; then
   echo "benchmark skipped (BENCH=0)" > "$out/bench.txt"
-elif ! timeout 150 python3 bench/batched.py steps --device "$device" --repeats 3 > "$out/bench.txt" 2>&1
-then
-  echo "the batched steps benchmark failed on cuda: the runs use --executor inprocess" \
-    | tee -a "$out/bench.txt"
+elif ! timeout 200 python3 bench/batched.py steps --device "$device" --repeats 3 \
+    > "$out/bench.txt" 2>&1; then
+  echo "the steps benchmark failed: the runs use --executor inprocess" | tee -a "$out/bench.txt"
   executor=inprocess
+else
+  # rows "| model | executor | wall | cpu | diff |": the largest difference of each variant
+  worst() { awk -F'|' -v v="$1" '$3 ~ "^ "v" $" && $6 !~ /—/ {gsub(/ /,"",$6); print $6}' \
+    "$out/bench.txt" | sort -g | tail -n 1; }
+  ok() { [ -n "$1" ] && awk -v d="$1" 'BEGIN {exit !(d <= 1e-3)}'; }
+  if ! ok "$(worst batched)"; then
+    if [ "$device" = cuda ] && ok "$(worst "batched, no CUDA graph")"; then
+      graphs=(--no-cuda-graphs)
+    else
+      executor=inprocess
+    fi
+  fi
 fi
-echo "bench done at $(elapsed) s" >> "$out/decode.log"
+echo "bench done at $(elapsed) s: --executor $executor ${graphs[*]}" >> "$out/decode.log"
 
 run_set() {  # dataset reading jobs
   local ds=$1 reading=$2 jobs=$3 exp
@@ -62,28 +90,25 @@ run_set() {  # dataset reading jobs
     echo "== $ds $reading $exp from $(elapsed) s"
     python3 -m fedcure_app.cli -v experiment "$exp" --dataset "$ds" --data-dir "$data" \
       --budget "$budget" --seeds 3 --side-seeds 1 --out "$work" --device "$device" \
-      --executor "$executor" --jobs "$jobs" --reading "$reading" --no-progress || return 1
+      --executor "$executor" "${graphs[@]}" --jobs "$jobs" --reading "$reading" \
+      --no-progress || return 1
     echo "== $ds $reading $exp done at $(elapsed) s"
   done
 }
 
 set -m  # each set in its own process group, so Ctrl-C reaches all its processes
-run_set cifar10 momentum 6 > "$out/cifar10-momentum.log" 2>&1 &
-p1=$!
-run_set mnist momentum 4 > "$out/mnist-momentum.log" 2>&1 &
-p2=$!
-run_set cifar10 literal 5 > "$out/cifar10-literal.log" 2>&1 &
-p3=$!
-while [ "$(elapsed)" -lt "$budget_s" ] && { kill -0 $p1 || kill -0 $p2 || kill -0 $p3; } 2>/dev/null
-do
-  sleep 2
+pids=()
+for spec in ${SETS:-cifar10:momentum:7 cifar10:literal:7}; do
+  IFS=: read -r ds reading jobs <<< "$spec"
+  run_set "$ds" "$reading" "$jobs" > "$out/$ds-$reading.log" 2>&1 &
+  pids+=($!)
 done
-for p in $p1 $p2 $p3; do kill -INT -- -"$p" 2>/dev/null; done
-for _ in $(seq 20); do
-  { kill -0 $p1 || kill -0 $p2 || kill -0 $p3; } 2>/dev/null || break
-  sleep 1
-done
-for p in $p1 $p2 $p3; do kill -KILL -- -"$p" 2>/dev/null; done
+running() { local p; for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && return 0; done; return 1; }
+while [ "$(elapsed)" -lt "$budget_s" ] && running; do sleep 2; done
+for p in "${pids[@]}"; do kill -INT -- -"$p" 2>/dev/null; done
+for _ in $(seq 20); do running || break; sleep 1; done
+for p in "${pids[@]}"; do kill -KILL -- -"$p" 2>/dev/null; done
+[ "$mps" = 1 ] && echo quit | nvidia-cuda-mps-control
 echo "stopped at $(elapsed) s" >> "$out/decode.log"
 python3 - "$work" > "$out/runs.tsv" <<'EOF'
 import gzip, json, sys

@@ -123,6 +123,9 @@ class RunConfig(_Section):
     eval_every: int = Field(5, ge=1)
     seed: int = Field(0, ge=0, le=2**32 - 1)
     executor: ExecutorName = "inprocess"
+    cuda_graphs: bool = Field(
+        True, description="batched executor on a GPU: record each edge round as a CUDA graph "
+        "and replay it (same results to float tolerance; off: the same ops launched one by one)")
 
 
 #: Default access-network caps of the ESs (Mbit/s), from a Wi-Fi 6 / 5G cell down to a

@@ -56,8 +56,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "GPU); default 1")
     p.add_argument("--executor", choices=["inprocess", "batched"],
                    help="who trains a run's clients: inprocess (one after another, the "
-                   "default) or batched (a coalition's clients as one vmapped computation: "
+                   "default) or batched (a coalition's clients as one computation: "
                    "same results to float tolerance, a run of its own in the cache)")
+    p.add_argument("--no-cuda-graphs", dest="cuda_graphs", action="store_false",
+                   help="batched executor on a GPU: launch each step's kernels one by one "
+                   "instead of replaying each edge round as a CUDA graph (same results to "
+                   "float tolerance, the same runs in the cache)")
     p.add_argument("--reading", default="literal", choices=list(_readings()),
                    help="reading of what the paper leaves open (default literal; momentum: "
                    "SGD momentum 0.9); its results go to <experiment>-<reading>/ folders")
@@ -129,7 +133,8 @@ def run(args: argparse.Namespace) -> int:
                             seeds=args.seeds, out=out, progress=progress, fresh=args.fresh,
                             workers=workers, side_seeds=args.side_seeds, device=device,
                             cache_only=args.cache_only, variants=variants,
-                            reading=args.reading, executor=args.executor, jobs=args.jobs)
+                            reading=args.reading, executor=args.executor, jobs=args.jobs,
+                            cuda_graphs=args.cuda_graphs)
             outcomes.append(o)
             if o.skipped:
                 progress.console.print(f"[yellow]{name}: skipped[/] — {o.skipped}")

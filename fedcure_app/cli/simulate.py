@@ -28,6 +28,7 @@ _OPTIONS: dict[str, str] = {
     "clients": "num-clients",
     "edges": "num-edges",
     "executor": "executor",
+    "cuda_graphs": "cuda-graphs",
     "seed": "seed",
     "partition": "partition",
     "eval_every": "eval-every",
@@ -68,9 +69,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--partition", choices=["edge-noniid", "dirichlet", "iid", "shards"])
     p.add_argument("--executor", choices=["inprocess", "batched", "flower"],
                    help="who trains the clients: inprocess (one after another, default), "
-                   "batched (a coalition's clients as one vmapped computation: same results "
+                   "batched (a coalition's clients as one computation: same results "
                    "to float tolerance, fastest on a GPU), flower (Flower ClientApps on "
                    "virtual SuperNodes)")
+    p.add_argument("--no-cuda-graphs", dest="cuda_graphs", action="store_const", const=False,
+                   help="batched executor on a GPU: launch each step's kernels one by one "
+                   "instead of replaying each edge round as a CUDA graph")
     p.add_argument("--eval-every", type=int)
     p.add_argument("--tau-c", type=int,
                    help="local steps per edge round (epochs with --tau-c-unit epochs)")

@@ -60,7 +60,8 @@ V1_FIELDS: dict[str, frozenset[str]] = {
 #: Fields that never change a run's result (where the files are, how the work is spread over
 #: processes or devices): left out of the key whatever their value. A new field of that kind
 #: belongs here.
-RESULT_NEUTRAL: frozenset[tuple[str, str]] = frozenset({("data", "data_dir")})
+RESULT_NEUTRAL: frozenset[tuple[str, str]] = frozenset({("data", "data_dir"),
+                                                      ("run", "cuda_graphs")})
 
 
 def key_config(cfg: FedCureConfig) -> dict[str, dict[str, Any]]:

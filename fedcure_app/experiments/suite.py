@@ -87,7 +87,8 @@ def run_dataset(name: str, experiments: list[str], *, data_dir: str | None, budg
                 workers: int | None = 1, side_seeds: int | None = None, device: Any = "cpu",
                 cache_only: bool = False,
                 variants: list[str] | None = None, reading: str = LITERAL,
-                executor: str | None = None, jobs: int = 1) -> DatasetOutcome:
+                executor: str | None = None, jobs: int = 1,
+                cuda_graphs: bool = True) -> DatasetOutcome:
     """Every experiment in ``experiments`` on dataset ``name`` (skipped if its files are
     missing); ``workers``: processes training each run's clients (None: one per core);
     ``device``: where they train; ``cache_only``: simulate nothing (see
@@ -95,7 +96,8 @@ def run_dataset(name: str, experiments: list[str], *, data_dir: str | None, budg
     ablation variants (the others are read from the cache, or listed as not run yet);
     ``reading``: the reading of the paper's setting (:mod:`.readings`), whose sections go to
     ``<experiment>-<reading>/`` folders; ``executor``: the simulation's executor (None: the
-    configuration's default); ``jobs``: runs simulated at once in separate processes. An
+    configuration's default); ``jobs``: runs simulated at once in separate processes;
+    ``cuda_graphs``: the batched executor's CUDA graphs on a GPU (result-neutral). An
     ablation, or a section of another reading, written earlier for the same budget joins the
     outcome (read from its ``summary.json``) when it is not run now."""
     outcome = DatasetOutcome(name)
@@ -114,7 +116,8 @@ def run_dataset(name: str, experiments: list[str], *, data_dir: str | None, budg
                     parallel=run_parallel if jobs > 1 else None)
     ctx = Context(dataset=dataset, data_dir=data_dir, budget=b, out_dir=out / name,
                   runner=runner, reading=get_reading(reading),
-                  extra={"executor": executor} if executor else {})
+                  extra={**({"executor": executor} if executor else {}),
+                         **({} if cuda_graphs else {"cuda-graphs": False})})
     outcome.config = ctx.base().model_dump(mode="json", by_alias=True)
     outcome.config["data"].pop("data-dir", None)
     outcome.test_samples = min(dataset.test_size, b.eval_samples or dataset.test_size)

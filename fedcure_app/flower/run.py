@@ -36,6 +36,7 @@ def full_run_config(overrides: dict[str, Any] | None = None) -> dict[str, Any]:
             raise KeyError(f"unknown run-config key {key!r}")
         rc[k] = value
     rc.pop("executor", None)  # the ServerApp forces "flower"
+    rc.pop("cuda-graphs", None)  # the simulator's batched executor only
     return rc
 
 

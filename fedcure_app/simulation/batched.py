@@ -1,8 +1,8 @@
 """The batched executor: a coalition's clients train as one computation.
 
 A dispatched coalition's K clients train τ_e edge rounds with their parameters (and SGD momentum
-buffers) stacked along a leading client axis: each optimiser step is one ``torch.func.vmap``
-of ``grad`` over the K clients' own mini-batches, then one SGD update of the stacked tensors.
+buffers) stacked along a leading client axis: each optimiser step computes the K clients'
+gradients on their own mini-batches, then one SGD update of the stacked tensors.
 It computes what :class:`~fedcure_app.simulation.executors.InProcessExecutor` computes one
 client after another:
 
@@ -24,8 +24,12 @@ vmapped training the same computation; a model with buffers is refused.
 
 How a step's gradients are computed depends on the device (``vectorized``):
 
-- on a GPU, where a batch-32 step of these CNNs is nearly all kernel launches, one
-  ``torch.func.vmap(grad)`` over the K clients replaces K steps;
+- on a GPU, where a batch-32 step of these CNNs is nearly all kernel launches, one step of all K
+  clients replaces K steps: each convolution one grouped convolution over the clients' channel
+  blocks, each linear layer one batched matrix product
+  (:func:`~fedcure_app.simulation.forwards.grouped_forward`), and a whole edge round of them is
+  captured once as a CUDA graph and replayed (:mod:`~fedcure_app.simulation.stacked_round`);
+  a model that is not such a Sequential CNN takes one ``torch.func.vmap(grad)`` per step;
 - on the CPU, vmap turns each convolution into a grouped convolution that costs about as much as
   K small ones, so each client's forward and backward runs on its slice of the stacked
   parameters, in channels-last layout (oneDNN's fast path for these convolutions, measured about
@@ -44,16 +48,16 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch.func import functional_call, grad_and_value, vmap
-from torch import nn
 from torch.nn import functional as F
 
 from fedcure_app.models import build_model
+from fedcure_app.simulation.forwards import direct_forward, grouped_forward, pool_before_relu
+from fedcure_app.simulation.stacked_round import StackedRound, build_round
 from fedcure_app.tasks import ClientReport, EdgeResult, EdgeTask, client_train_seed
 from fedcure_app.training import configure_threads
 
@@ -135,89 +139,6 @@ def plan_round(sizes: list[int], offsets: list[int], seeds: list[int], batch_siz
     return BatchPlan(index, mask, active, samples, counts)
 
 
-def pool_before_relu(model: nn.Module) -> nn.Module:
-    """``model`` with every ``ReLU`` that feeds a ``MaxPool2d`` moved after it, sharing the
-    parameters (same names); ``model`` itself when it is not an ``nn.Sequential`` or has no such
-    pair.
-
-    relu(maxpool(x)) = maxpool(relu(x)) exactly, and so are the gradients: where a window's
-    maximum is positive both route the gradient to the same element, where it is not both give
-    zero. The pooled tensor is a quarter of the size (2×2 pooling), so the ReLU and its backward
-    cost a quarter.
-    """
-    if not isinstance(model, nn.Sequential):
-        return model
-    mods = list(model)
-    swapped = False
-    for i in range(len(mods) - 1):
-        if isinstance(mods[i], nn.ReLU) and isinstance(mods[i + 1], nn.MaxPool2d):
-            mods[i], mods[i + 1] = mods[i + 1], mods[i]
-            swapped = True
-    if not swapped:
-        return model
-    out = nn.Sequential(*mods)
-    if [n for n, _ in out.named_parameters()] != [n for n, _ in model.named_parameters()]:
-        return model  # a reordering that renames parameters is not the same model
-    return out
-
-
-def direct_forward(model: nn.Module
-                   ) -> Callable[[list[torch.Tensor], torch.Tensor], torch.Tensor] | None:
-    """A forward function ``f(params, x)`` of ``model`` that calls torch's functional ops on the
-    given parameters directly (``params``: tensors in ``named_parameters`` order), or None when
-    ``model`` is not an ``nn.Sequential`` of Conv2d, Linear, ReLU, MaxPool2d and Flatten layers.
-
-    It computes what ``functional_call(model, ...)`` computes, op for op, without swapping the
-    module's parameters in and out on every call; :func:`torch.func.functional_call` stays the
-    path for any other model.
-    """
-    if not isinstance(model, nn.Sequential):
-        return None
-    layers: list = []
-    index = 0
-    for mod in model:
-        if isinstance(mod, nn.Conv2d) and mod.padding_mode == "zeros":
-            has_bias = mod.bias is not None
-            layers.append(("conv", index, has_bias, mod.stride, mod.padding, mod.dilation,
-                           mod.groups))
-            index += 2 if has_bias else 1
-        elif isinstance(mod, nn.Linear):
-            has_bias = mod.bias is not None
-            layers.append(("linear", index, has_bias))
-            index += 2 if has_bias else 1
-        elif isinstance(mod, nn.ReLU):
-            layers.append(("relu",))
-        elif isinstance(mod, nn.MaxPool2d) and not mod.return_indices:
-            layers.append(("pool", mod.kernel_size, mod.stride, mod.padding, mod.dilation,
-                           mod.ceil_mode))
-        elif isinstance(mod, nn.Flatten):
-            layers.append(("flatten", mod.start_dim, mod.end_dim))
-        else:
-            return None
-    if index != len(list(model.parameters())):
-        return None
-
-    def forward(params: list[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-        for layer in layers:
-            kind = layer[0]
-            if kind == "conv":
-                _, i, has_bias, stride, padding, dilation, groups = layer
-                x = F.conv2d(x, params[i], params[i + 1] if has_bias else None, stride, padding,
-                             dilation, groups)
-            elif kind == "linear":
-                _, i, has_bias = layer
-                x = F.linear(x, params[i], params[i + 1] if has_bias else None)
-            elif kind == "relu":
-                x = F.relu(x)
-            elif kind == "pool":
-                x = F.max_pool2d(x, *layer[1:])
-            else:
-                x = x.flatten(layer[1], layer[2])
-        return x
-
-    return forward
-
-
 def stacked(t: torch.Tensor, k: int, channels_last: bool) -> torch.Tensor:
     """``k`` copies of ``t`` along a new leading axis; a 4-d convolution weight with
     ``channels_last`` is laid out so that every copy is channels-last (stride 1 on its input
@@ -240,10 +161,14 @@ class BatchedExecutor:
 
     def __init__(self, dataset: str, num_classes: int,
                  client_data: list[tuple[torch.Tensor, torch.Tensor]], *,
-                 device: torch.device | str = "cpu", vectorized: bool | None = None) -> None:
+                 device: torch.device | str = "cpu", vectorized: bool | None = None,
+                 graphs: bool | None = None) -> None:
         configure_threads()
         self.device = torch.device(device)
         self.vectorized = self.device.type != "cpu" if vectorized is None else bool(vectorized)
+        self.graphs = self.device.type == "cuda" if graphs is None else bool(graphs)
+        if self.graphs and self.device.type != "cuda":
+            raise ValueError("CUDA graphs need --device cuda")
         self.model = build_model(dataset, num_classes).to(self.device)
         state = self.model.state_dict()
         self.names = [name for name, _ in self.model.named_parameters()]
@@ -258,6 +183,9 @@ class BatchedExecutor:
 
         model = self.forward_model = pool_before_relu(self.model)
         self._direct = direct_forward(model)
+        self._grouped = grouped_forward(model) if self.vectorized else None
+        self._shapes = [p.shape for p in self.model.parameters()]
+        self._rounds: dict[tuple, StackedRound] = {}
 
         def loss_fn(params: dict[str, torch.Tensor], xb: torch.Tensor, yb: torch.Tensor,
                     mask: torch.Tensor) -> torch.Tensor:
@@ -303,6 +231,10 @@ class BatchedExecutor:
         client parameters ([K, ...] each, in :attr:`names` order) and each client's summed
         mini-batch loss (nats) over the steps it took."""
         k = plan.index.shape[1]
+        if self._grouped is not None:
+            return self._stacked_round(k, plan, lr, momentum).run(
+                edge, plan.index.to(self.device), plan.mask.to(self.device),
+                plan.active.to(self.device))
         params = [stacked(t, k, not self.vectorized) for t in edge]
         bufs = [torch.zeros_like(p) for p in params] if momentum else []
         grad_space = [] if self.vectorized else [torch.empty_like(p) for p in params]
@@ -336,6 +268,21 @@ class BatchedExecutor:
                 loss_sum += loss
         return params, loss_sum
 
+    def _stacked_round(self, k: int, plan: BatchPlan, lr: float, momentum: float
+                       ) -> StackedRound:
+        """The :class:`StackedRound` of this round's shape (built, and on a GPU captured as a
+        CUDA graph, the first time the shape comes up)."""
+        key = (k, plan.steps, int(plan.index.shape[2]), float(lr), float(momentum))
+        found = self._rounds.get(key)
+        if found is None:
+            found = build_round(self._grouped, self.x, self.y, self._shapes, graph=self.graphs,
+                                k=k, steps=plan.steps, batch=int(plan.index.shape[2]), lr=lr,
+                                momentum=momentum)
+            if self.graphs and found.graph is None:
+                self.graphs = False  # a capture failed once: the later shapes run eagerly too
+            self._rounds[key] = found
+        return found
+
     def run(self, task: EdgeTask) -> EdgeResult:
         clients = [int(c) for c in task.clients]
         sizes = [self.sizes[c] for c in clients]
@@ -351,7 +298,8 @@ class BatchedExecutor:
             seeds = [client_train_seed(task.seed, r, c) for c in clients]
             plan = plan_round(sizes, offsets, seeds, task.batch_size, amount)
             stacked, loss_sum = self._train_round(edge, plan, task.lr, task.momentum)
-            edge = [torch.tensordot(weights, p, dims=1) for p in stacked]
+            with torch.no_grad():
+                edge = [torch.tensordot(weights, p, dims=1) for p in stacked]
             steps = plan.active.sum(dim=0).tolist()
             losses = loss_sum.cpu().tolist()
             share = (time.perf_counter() - t0) / len(clients)
@@ -368,7 +316,8 @@ class BatchedExecutor:
         )
 
     def close(self) -> None:
-        """Nothing to release."""
+        """Drop the round buffers and CUDA graphs."""
+        self._rounds.clear()
 
 
 __all__ = ["BatchPlan", "BatchedExecutor", "client_batches", "client_steps", "plan_round",

@@ -168,7 +168,9 @@ def make_executor(federation: Federation, workers: int | None = None, *,
             log.info("the batched executor trains in one process (--workers %d unused)", n)
         ds = federation.dataset
         return BatchedExecutor(ds.name, ds.num_classes, client_tensors(federation),
-                               device=device)
+                               device=device,
+                               graphs=(federation.cfg.run.cuda_graphs
+                                       and torch.device(device).type == "cuda"))
     if torch.device(device).type != "cpu":
         if n > 1:
             log.info("training on %s in one process (worker processes are CPU-only)", device)

@@ -1,4 +1,4 @@
-"""The batched executor (a coalition's clients as one vmapped computation) against the one-by-one
+"""The batched executor (a coalition's clients as one computation) against the one-by-one
 executor: the same edge model to float tolerance, the same mini-batch order, masks for short
 batches and unequal step counts, and a short run's accuracies."""
 

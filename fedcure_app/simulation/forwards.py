@@ -1,0 +1,172 @@
+"""Functional forward passes of a Sequential CNN (Conv2d, Linear, ReLU, MaxPool2d, Flatten):
+what the batched executor calls instead of ``torch.func.functional_call``.
+
+- :func:`pool_before_relu`: the same model with each ReLU that feeds a max-pool moved after it
+  (exact, a quarter of the ReLU's work);
+- :func:`direct_forward`: ``f(params, x)`` of one client, torch's functional ops called on the
+  given parameters directly;
+- :func:`grouped_forward`: ``f(stacked params, x)`` of K clients at once, each convolution one
+  grouped convolution over the K clients' channel blocks and each linear layer one batched
+  matrix product: a plain autograd graph of a dozen ops, what ``vmap`` builds with its batching
+  rules, without its per-op interpretation on the host.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+#: A layer as the functional forwards see it: ("conv", first parameter index, has bias, stride,
+#: padding, dilation, groups), ("linear", index, has bias), ("relu",), ("pool", kernel, stride,
+#: padding, dilation, ceil mode) or ("flatten", start dim, end dim).
+Layer = tuple
+
+
+def pool_before_relu(model: nn.Module) -> nn.Module:
+    """``model`` with every ``ReLU`` that feeds a ``MaxPool2d`` moved after it, sharing the
+    parameters (same names); ``model`` itself when it is not an ``nn.Sequential`` or has no such
+    pair.
+
+    relu(maxpool(x)) = maxpool(relu(x)) exactly, and so are the gradients: where a window's
+    maximum is positive both route the gradient to the same element, where it is not both give
+    zero. The pooled tensor is a quarter of the size (2×2 pooling), so the ReLU and its backward
+    cost a quarter.
+    """
+    if not isinstance(model, nn.Sequential):
+        return model
+    mods = list(model)
+    swapped = False
+    for i in range(len(mods) - 1):
+        if isinstance(mods[i], nn.ReLU) and isinstance(mods[i + 1], nn.MaxPool2d):
+            mods[i], mods[i + 1] = mods[i + 1], mods[i]
+            swapped = True
+    if not swapped:
+        return model
+    out = nn.Sequential(*mods)
+    if [n for n, _ in out.named_parameters()] != [n for n, _ in model.named_parameters()]:
+        return model  # a reordering that renames parameters is not the same model
+    return out
+
+
+def sequential_layers(model: nn.Module) -> list[Layer] | None:
+    """The layers of ``model`` as :data:`Layer` tuples (parameters indexed in
+    ``named_parameters`` order), or None when it is not an ``nn.Sequential`` of Conv2d
+    (zero-padded), Linear, ReLU, MaxPool2d and Flatten layers holding all its parameters."""
+    if not isinstance(model, nn.Sequential):
+        return None
+    layers: list[Layer] = []
+    index = 0
+    for mod in model:
+        if isinstance(mod, nn.Conv2d) and mod.padding_mode == "zeros":
+            has_bias = mod.bias is not None
+            layers.append(("conv", index, has_bias, mod.stride, mod.padding, mod.dilation,
+                           mod.groups))
+            index += 2 if has_bias else 1
+        elif isinstance(mod, nn.Linear):
+            has_bias = mod.bias is not None
+            layers.append(("linear", index, has_bias))
+            index += 2 if has_bias else 1
+        elif isinstance(mod, nn.ReLU):
+            layers.append(("relu",))
+        elif isinstance(mod, nn.MaxPool2d) and not mod.return_indices:
+            layers.append(("pool", mod.kernel_size, mod.stride, mod.padding, mod.dilation,
+                           mod.ceil_mode))
+        elif isinstance(mod, nn.Flatten):
+            layers.append(("flatten", mod.start_dim, mod.end_dim))
+        else:
+            return None
+    if index != len(list(model.parameters())):
+        return None
+    return layers
+
+
+def direct_forward(model: nn.Module
+                   ) -> Callable[[list[torch.Tensor], torch.Tensor], torch.Tensor] | None:
+    """A forward function ``f(params, x)`` of ``model`` that calls torch's functional ops on the
+    given parameters directly (``params``: tensors in ``named_parameters`` order), or None when
+    ``model`` is not an ``nn.Sequential`` of Conv2d, Linear, ReLU, MaxPool2d and Flatten layers.
+
+    It computes what ``functional_call(model, ...)`` computes, op for op, without swapping the
+    module's parameters in and out on every call; :func:`torch.func.functional_call` stays the
+    path for any other model.
+    """
+    layers = sequential_layers(model)
+    if layers is None:
+        return None
+
+    def forward(params: list[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        for layer in layers:
+            kind = layer[0]
+            if kind == "conv":
+                _, i, has_bias, stride, padding, dilation, groups = layer
+                x = F.conv2d(x, params[i], params[i + 1] if has_bias else None, stride, padding,
+                             dilation, groups)
+            elif kind == "linear":
+                _, i, has_bias = layer
+                x = F.linear(x, params[i], params[i + 1] if has_bias else None)
+            elif kind == "relu":
+                x = F.relu(x)
+            elif kind == "pool":
+                x = F.max_pool2d(x, *layer[1:])
+            else:
+                x = x.flatten(layer[1], layer[2])
+        return x
+
+    return forward
+
+
+def grouped_forward(model: nn.Module
+                    ) -> Callable[[list[torch.Tensor], torch.Tensor], torch.Tensor] | None:
+    """A forward function ``f(params, x)`` of K clients of ``model`` at once, or None where
+    :func:`sequential_layers` refuses the model or its layers are not convolutions and pools
+    followed by one ``Flatten()`` and linear layers.
+
+    ``params``: each parameter stacked along a leading client axis ([K, ...], in
+    ``named_parameters`` order); ``x``: the K clients' batches side by side on the channel axis,
+    [B, K·C, H, W] (client k's channels are block k). Returns the logits as [K, B, classes].
+    Client k's logits depend on its own parameters and batch only, so the gradient of a sum of
+    per-client losses with respect to the stacked parameters is every client's own gradient.
+    """
+    layers = sequential_layers(model)
+    if layers is None:
+        return None
+    kinds = [layer[0] for layer in layers]
+    if kinds.count("flatten") != 1:
+        return None
+    cut = kinds.index("flatten")
+    if (layers[cut][1:] != (1, -1) or "linear" in kinds[:cut]
+            or any(k in ("conv", "pool") for k in kinds[cut:])):
+        return None
+
+    def forward(params: list[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        k = params[0].shape[0]
+        batch = x.shape[0]
+        for layer in layers:
+            kind = layer[0]
+            if kind == "conv":
+                _, i, has_bias, stride, padding, dilation, groups = layer
+                w = params[i]
+                x = F.conv2d(x, w.reshape(-1, *w.shape[2:]),
+                             params[i + 1].reshape(-1) if has_bias else None, stride, padding,
+                             dilation, k * groups)
+            elif kind == "linear":
+                _, i, has_bias = layer
+                wt = params[i].transpose(1, 2)
+                x = (torch.baddbmm(params[i + 1].unsqueeze(1), x, wt) if has_bias
+                     else torch.bmm(x, wt))
+            elif kind == "relu":
+                x = F.relu(x)
+            elif kind == "pool":
+                x = F.max_pool2d(x, *layer[1:])
+            else:  # [B, K·C, h, w] -> [K, B, C·h·w]: each client's block, flattened
+                x = x.reshape(batch, k, -1).transpose(0, 1)
+        return x
+
+    return forward
+
+
+__all__ = ["Layer", "direct_forward", "grouped_forward", "pool_before_relu",
+           "sequential_layers"]
