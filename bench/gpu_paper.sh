@@ -15,10 +15,12 @@
 #      CUDA graphs and with vmap's gradient (bench/batched.py steps). It is also the smoke test:
 #      a batched variant whose edge model differs from the one-by-one one by more than 1e-3 is
 #      not used (graphs off: --no-cuda-graphs; batched broken: --executor inprocess);
-#   4. runs the sets named by SETS (default "cifar10:momentum:7 cifar10:literal:7":
+#   4. times one CIFAR-10 Table 1 run alone (bench/one_run.py: FedCure, seed 0, reading
+#      momentum, stored in the run cache; at most 240 s; ALONE=0 skips it);
+#   5. runs the sets named by SETS (default "cifar10:momentum:7 cifar10:literal:7":
 #      dataset:reading:jobs), all at once, each Table 1, then Fig. 3 (clustering), then Fig. 4
 #      (efficiency), every job process sharing the GPU;
-#   5. after SECONDS (default 540) from its start, interrupts what still runs (Ctrl-C: what
+#   6. after SECONDS (default 540) from its start, interrupts what still runs (Ctrl-C: what
 #      finished stays in the run cache, a rerun resumes) and packs into OUT: results.tar.gz
 #      (the scratch results folder: run caches, summaries, figures), the logs, bench.txt,
 #      gpu.txt and runs.tsv (one line per trained run in the cache: dataset, run, executor,
@@ -84,13 +86,20 @@ else
 fi
 echo "bench done at $(elapsed) s: --executor $executor ${graphs[*]}" >> "$out/decode.log"
 
+if [ "${ALONE:-1}" != 0 ]; then
+  timeout 240 python3 bench/one_run.py --dataset cifar10 --data-dir "$data" --out "$work" \
+    --reading momentum --executor "$executor" --device "$device" ${graphs[@]+"${graphs[@]}"} \
+    > "$out/alone.log" 2>&1
+  echo "one run alone done at $(elapsed) s" >> "$out/decode.log"
+fi
+
 run_set() {  # dataset reading jobs
   local ds=$1 reading=$2 jobs=$3 exp
   for exp in table1 clustering efficiency; do
     echo "== $ds $reading $exp from $(elapsed) s"
     python3 -m fedcure_app.cli -v experiment "$exp" --dataset "$ds" --data-dir "$data" \
       --budget "$budget" --seeds 3 --side-seeds 1 --out "$work" --device "$device" \
-      --executor "$executor" "${graphs[@]}" --jobs "$jobs" --reading "$reading" \
+      --executor "$executor" ${graphs[@]+"${graphs[@]}"} --jobs "$jobs" --reading "$reading" \
       --no-progress || return 1
     echo "== $ds $reading $exp done at $(elapsed) s"
   done
