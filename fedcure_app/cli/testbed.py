@@ -48,9 +48,10 @@ log = logging.getLogger(__name__)
 #: default device presets, dealt to the clients in id order (cycling): one slow device in six,
 #: so that after formation, which mixes the initial edges' clients, a coalition that holds one
 #: stays slow and the others hold none (a coalition is as slow as its slowest member). The
-#: Orin Nano computes 3× as fast as the Pi 4 at f_max and the frequency rule keeps it near its
-#: f_max (1.5 GHz); a faster device would ask a Pi 4 under the smallest CPU quota on 2 cores
-DEFAULT_MIX = "jetson-orin-nano*5,rpi4"
+#: Orin Nano computes 7.7× as fast as the Pi 3 at f_max and the frequency rule keeps it near its
+#: f_max (1.5 GHz): enough that the Pi's compute outweighs the messaging every edge round adds
+#: (about 0.6 s per client on a 2-core host), so the coalitions' latencies stay apart
+DEFAULT_MIX = "jetson-orin-nano*5,rpi3"
 #: defaults of the run's configuration under ``fedcure testbed`` (a ``--config`` file or the
 #: options override them): few enough rounds for about four minutes on a 2-core host, τ_c large
 #: enough that the clients' compute, not the messaging, sets an edge round's length, one
@@ -276,7 +277,7 @@ class NamespaceSite(Site):
     def _scale(self, model: str) -> list[Any]:
         """The profiles slowed to fit this host (``--client-cores``); warns when the slowest
         fall under the CPU actuator's smallest quota."""
-        from fedcure_app.devices.cgroup import FLOOR_FRACTION
+        from fedcure_app.devices.cgroup import MIN_FRACTION
         from fedcure_app.testbed.scaling import scale_profiles
 
         assert self.host_sps is not None
@@ -285,9 +286,9 @@ class NamespaceSite(Site):
                                       client_cores_option(self.args.client_cores))
         if self.scaling.below_floor:
             log.warning("after scaling, %s compute(s) on less than the smallest CPU quota "
-                        "(%.0f %% of a core) and will run faster than their profiles; use "
+                        "(%.1f %% of a core) and will run faster than their profiles; use "
                         "fewer clients or devices closer in speed",
-                        ", ".join(self.scaling.below_floor), 100 * FLOOR_FRACTION)
+                        ", ".join(self.scaling.below_floor), 100 * MIN_FRACTION)
         return list(self.scaling.profiles)
 
     def dashboard(self, address: str, logs: Path) -> tuple[str, str]:

@@ -4,13 +4,16 @@ A machine without cpufreq control (a VM, a shared server) can still make a clien
 speed its device profile has at the directed frequency f: the training process runs in a cgroup
 of its own whose CPU bandwidth is
 
-    quota = clamp(predicted(f) / host, FLOOR_FRACTION, 1) × period
+    quota = clamp(predicted(f) / host, 1 ms / period, 1) × period
 
 - ``predicted(f) = f·10⁹ / cycles_per_sample`` samples/s: the profile's speed at f GHz;
 - ``host``: samples/s the model trains at on one unthrottled core of this machine (one
   calibration, :func:`calibrate_host`);
-- at most one core (the trainer uses one torch thread), at least :data:`FLOOR_FRACTION` of one
-  (1 ms per 20 ms period, the kernel's smallest quota; anything slower is rounded up to it).
+- at most one core (the trainer uses one torch thread), at least the kernel's smallest quota,
+  1 ms per period (anything slower is rounded up to it);
+- the period is 20 ms, stretched for a device slower than 5 % of a host core (up to
+  :data:`MAX_PERIOD_US`) so that its quota at f_min stays at least 1 ms
+  (:func:`period_for`): :data:`MIN_FRACTION` of a core is the slowest a client can be made.
 
 The frequency reported back is the one the quota really gives: the directive clamped to the
 profile's range, and lowered to what one host core computes when the profile at f is faster
@@ -39,9 +42,13 @@ logger = logging.getLogger("fedcure_app.devices")
 #: the CFS period the actuator writes (µs): 20 ms, short against a training step so that a
 #: task's time does not depend on where in a period it starts (the kernel's default is 100 ms)
 PERIOD_US = 20_000
-#: smallest quota, as a fraction of one core: 5 % (1 ms of every 20 ms period, the kernel's
-#: smallest quota)
+#: smallest quota at the default period, as a fraction of one core: 5 % (1 ms of every 20 ms
+#: period, the kernel's smallest quota)
 FLOOR_FRACTION = 0.05
+#: the longest CFS period the actuator writes (µs), for the slowest devices (:func:`period_for`)
+MAX_PERIOD_US = 200_000
+#: the smallest share of a core a client can be throttled to: 1 ms of the longest period
+MIN_FRACTION = 1_000 / MAX_PERIOD_US
 #: host cores a testbed keeps for the roles around the clients' training (messaging, the
 #: edges' aggregation, the cloud): the clients' quotas should add up to at most the rest
 ROLE_RESERVE_CORES = 0.5
@@ -94,15 +101,28 @@ def plan_quota(profile: DeviceProfile, model: str, f_ghz: float, host_sps: float
     one the quota gives back (lower than the directive when capped at one core, higher when
     raised to the floor)."""
     f = profile.clamp(_check_positive("f_ghz", f_ghz))
-    q = quota_us(quota_fraction(predicted_samples_per_s(profile, model, f), host_sps), period_us)
+    floor = min(1.0, KERNEL_MIN_QUOTA_US / period_us)
+    q = quota_us(quota_fraction(predicted_samples_per_s(profile, model, f), host_sps, floor),
+                 period_us)
     applied = (q / period_us) * host_sps * profile.cycles_for(model) / 1e9
     return q, applied
+
+
+def period_for(profile: DeviceProfile, model: str, host_sps: float) -> int:
+    """The CFS period (µs) for ``profile``'s cgroup: :data:`PERIOD_US`, stretched up to
+    :data:`MAX_PERIOD_US` where the profile at f_min computes less than 1 ms of it, so that its
+    quota is never raised to the kernel's 1 ms floor (what a period of 20 ms would do below 5 %
+    of a core)."""
+    share = predicted_samples_per_s(profile, model, profile.f_min_ghz) / _check_positive(
+        "host_sps", host_sps)
+    return int(min(MAX_PERIOD_US, max(PERIOD_US, math.ceil(KERNEL_MIN_QUOTA_US / share))))
 
 
 def cores_asked(profiles: Sequence[DeviceProfile], model: str, host_sps: float) -> float:
     """Host cores the clients' quotas add up to when all of them train at f_max at once (each
     at most one core): what a testbed's first dispatch, where every coalition trains, asks."""
-    return sum(quota_fraction(predicted_samples_per_s(p, model, p.f_max_ghz), host_sps)
+    return sum(quota_fraction(predicted_samples_per_s(p, model, p.f_max_ghz), host_sps,
+                              KERNEL_MIN_QUOTA_US / period_for(p, model, host_sps))
                for p in profiles)
 
 
@@ -195,7 +215,8 @@ def _write(path: Path, value: str) -> None:
 class CgroupCpuBandwidth:
     """Throttles this process to its device profile's speed at the directed frequency.
 
-    Makes the cgroup ``<base>/<name>`` and moves process ``pid`` (default this one, with all its
+    ``period_us``: the CFS period (default :func:`period_for` the profile). Makes the cgroup
+    ``<base>/<name>`` and moves process ``pid`` (default this one, with all its
     threads) into it; :meth:`apply` writes the quota from :func:`plan_quota`; :meth:`close`
     (also at exit) moves the process back and removes the cgroup. The quota really slows the
     process, so :meth:`stretch` leaves measured time as is.
@@ -203,12 +224,13 @@ class CgroupCpuBandwidth:
 
     def __init__(self, profile: DeviceProfile, model: str, host_sps: float, *,
                  name: str | None = None, controller: CpuController | None = None,
-                 pid: int | None = None, period_us: int = PERIOD_US) -> None:
+                 pid: int | None = None, period_us: int | None = None) -> None:
         self.profile = profile
         self.model = model
         profile.cycles_for(model)  # KeyError early for a model the profile lacks
         self.host_sps = _check_positive("host_sps", host_sps)
-        self.period_us = int(period_us)
+        self.period_us = int(period_for(profile, model, self.host_sps) if period_us is None
+                             else period_us)
         self.pid = os.getpid() if pid is None else int(pid)
         self.controller = controller or find_cpu_controller()
         name = name or f"{DEFAULT_CGROUP_PREFIX}-{self.pid}"
@@ -307,7 +329,8 @@ def calibrate_host(train_once: Callable[[int], Any], samples_per_step: int,
 
 
 __all__ = [
-    "DEFAULT_CGROUP_PREFIX", "FLOOR_FRACTION", "KERNEL_MIN_QUOTA_US", "PERIOD_US",
+    "DEFAULT_CGROUP_PREFIX", "FLOOR_FRACTION", "KERNEL_MIN_QUOTA_US", "MAX_PERIOD_US",
+    "MIN_FRACTION", "PERIOD_US", "period_for",
     "ROLE_RESERVE_CORES", "CgroupCpuBandwidth", "CgroupError", "CpuController", "calibrate_host",
     "cores_asked", "find_cpu_controller", "oversubscribed", "plan_quota", "predicted_samples_per_s",
     "quota_fraction", "quota_us", "remove_cgroups",

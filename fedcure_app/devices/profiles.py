@@ -12,16 +12,16 @@ FLOPs the device retires per cycle when PyTorch trains that model at batch 32::
 
     cycles/sample = FLOPs/sample / (cores · peak FP32 FLOP/cycle/core · efficiency(model) · q)
 
-- peak FP32 FLOP/cycle/core: Cortex-A57/A72 8 (one 128-bit FMA/cycle), A76/A78AE 16 (two),
-  x86 with AVX2 + 2 FMA units 32;
+- peak FP32 FLOP/cycle/core: Cortex-A53 4 (one 64-bit FMA/cycle), A57/A72 8 (one 128-bit
+  FMA/cycle), A76/A78AE 16 (two), x86 with AVX2 + 2 FMA units 32;
 - efficiency(model), the fraction of peak reached, measured on a 2-core x86 (AMD EPYC, AVX2,
   2.45 GHz, torch 2.13): digits 0.035 (overhead-bound), mnist 0.21, cifar10 0.60;
 - q, the kernel quality relative to x86: 1.0 on x86, 0.6 on A72/A76/A78AE (PyTorch's ARM CPU
-  kernels are less tuned), 0.5 on the older, lower-IPC A57; this gives e.g. ≈ 270 MNIST
+  kernels are less tuned), 0.5 on the older, lower-IPC A57 and the in-order A53; this gives e.g. ≈ 270 MNIST
   samples/s on a Raspberry Pi 4 at 1.5 GHz and ≈ 4 800 on the laptop at 4 GHz.
 
 ``kappa`` is fitted so that κ·f_max³·10⁹ W equals the CPU cluster's power above idle under an
-all-core load at f_max (Pi 4 ≈ 3.5 W, Pi 5 ≈ 6 W, Jetson Nano CPU rail ≈ 2.5 W, Orin Nano CPU
+all-core load at f_max (Pi 3 ≈ 4 W, Pi 4 ≈ 3.5 W, Pi 5 ≈ 6 W, Jetson Nano CPU rail ≈ 2.5 W, Orin Nano CPU
 ≈ 4 W, laptop package ≈ 28 W). Link rates are typical Wi-Fi goodputs for each board.
 """
 
@@ -166,7 +166,16 @@ PRESETS: dict[str, DeviceProfile] = {
     "laptop": _preset("laptop", cores=4, flops_per_cycle_core=32, quality=1.0, f_min_ghz=0.8,
                       f_max_ghz=4.0, power_w=28.0, uplink_mbps=100, downlink_mbps=200,
                       jitter=0.1),
+    # Raspberry Pi 3 Model B+: 4x Cortex-A53 (in-order, one 64-bit NEON pipe: 2 fp32 FMAs a
+    # cycle), 0.6-1.4 GHz, on-board 802.11ac. Named only: not in the default draw.
+    "rpi3": _preset("rpi3", cores=4, flops_per_cycle_core=4, quality=0.5, f_min_ghz=0.6,
+                    f_max_ghz=1.4, power_w=4.0, uplink_mbps=20, downlink_mbps=40, jitter=0.2),
 }
+
+#: The presets :func:`sample_population` draws from when no mix is given (the simulator's
+#: default population); a preset added later joins by name only, so that the default
+#: population, and every result simulated with it, stays as it was.
+DEFAULT_DRAW: tuple[str, ...] = ("rpi4", "rpi5", "jetson-nano", "jetson-orin-nano", "laptop")
 
 
 def sample_population(
@@ -174,13 +183,13 @@ def sample_population(
 ) -> list[DeviceProfile]:
     """``n`` device profiles drawn from :data:`PRESETS` with a seeded RNG.
 
-    ``mix``: preset name → weight (normalised), or a list of names drawn uniformly; default all
-    presets uniformly. Profiles are shared (frozen) preset objects.
+    ``mix``: preset name → weight (normalised), or a list of names drawn uniformly; default the
+    :data:`DEFAULT_DRAW` presets uniformly. Profiles are shared (frozen) preset objects.
     """
     if int(n) != n or n < 0:
         raise ValueError(f"n must be a non-negative integer, got {n!r}")
     if mix is None:
-        names, weights = list(PRESETS), [1.0] * len(PRESETS)
+        names, weights = list(DEFAULT_DRAW), [1.0] * len(DEFAULT_DRAW)
     elif isinstance(mix, Mapping):
         names, weights = list(mix), [float(w) for w in mix.values()]
     else:

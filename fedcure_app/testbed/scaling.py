@@ -20,7 +20,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from fedcure_app.devices.cgroup import FLOOR_FRACTION, ROLE_RESERVE_CORES
+from fedcure_app.devices.cgroup import MIN_FRACTION, ROLE_RESERVE_CORES
 from fedcure_app.devices.profiles import DeviceProfile, parse_profile
 
 
@@ -41,7 +41,7 @@ class Scaling:
     @property
     def total_cores(self) -> float:
         """Host cores the clients ask together at f_max (each at least the floor)."""
-        return float(sum(max(FLOOR_FRACTION, c) for c in self.cores))
+        return float(sum(max(MIN_FRACTION, c) for c in self.cores))
 
 
 def host_cores_at_fmax(profile: DeviceProfile, model: str, host_sps: float) -> float:
@@ -64,7 +64,7 @@ def scale_factor(shares: Sequence[float], host_cores: float, client_cores: float
             raise ValueError(f"client cores must be in (0, 1], got {client_cores!r}")
         return client_cores / max(shares)
     # a hair under the room, so that rounding cannot tip the sum over it
-    room = max(host_cores - reserve, FLOOR_FRACTION * len(shares)) * (1 - 1e-9)
+    room = max(host_cores - reserve, MIN_FRACTION * len(shares)) * (1 - 1e-9)
     return min(1.0, 1.0 / max(shares), room / sum(shares))
 
 
@@ -85,7 +85,7 @@ def scale_profiles(profiles: Sequence[DeviceProfile], model: str, host_sps: floa
         cycles[key] = p.cycles_for(model) / factor
         out.append(parse_profile({**p.model_dump(), "cycles_per_sample": cycles}))
     cores = tuple(s * factor for s in shares)
-    low = tuple(sorted({p.name for p, c in zip(out, cores) if c < FLOOR_FRACTION}))
+    low = tuple(sorted({p.name for p, c in zip(out, cores) if c < MIN_FRACTION}))
     return Scaling(tuple(out), float(factor), cores, low)
 
 

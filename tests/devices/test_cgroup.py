@@ -18,6 +18,8 @@ from fedcure_app.devices import PRESETS, EmulatedThrottle, make_actuator
 from fedcure_app.devices.cgroup import (
     FLOOR_FRACTION,
     KERNEL_MIN_QUOTA_US,
+    MAX_PERIOD_US,
+    MIN_FRACTION,
     PERIOD_US,
     ROLE_RESERVE_CORES,
     CgroupCpuBandwidth,
@@ -26,6 +28,7 @@ from fedcure_app.devices.cgroup import (
     cores_asked,
     find_cpu_controller,
     oversubscribed,
+    period_for,
     plan_quota,
     predicted_samples_per_s,
     quota_fraction,
@@ -41,10 +44,43 @@ _rates = st.floats(1.0, 1e6, allow_nan=False)
 def test_cores_asked_adds_each_clients_quota_at_f_max(names, host):
     profiles = [PRESETS[n] for n in names]
     asked = cores_asked(profiles, "mnist", host)
-    each = [quota_fraction(predicted_samples_per_s(p, "mnist", p.f_max_ghz), host)
+    each = [quota_fraction(predicted_samples_per_s(p, "mnist", p.f_max_ghz), host,
+                           KERNEL_MIN_QUOTA_US / period_for(p, "mnist", host))
             for p in profiles]
     assert asked == pytest.approx(sum(each))
-    assert len(profiles) * FLOOR_FRACTION - 1e-9 <= asked <= len(profiles) + 1e-9
+    assert len(profiles) * MIN_FRACTION - 1e-9 <= asked <= len(profiles) + 1e-9
+
+
+@given(st.sampled_from(sorted(PRESETS)), st.sampled_from(["digits", "mnist", "cifar10"]),
+       _rates)
+def test_the_period_keeps_the_quota_at_f_min_above_the_kernels_floor(name, model, host):
+    profile = PRESETS[name]
+    period = period_for(profile, model, host)
+    assert PERIOD_US <= period <= MAX_PERIOD_US
+    q, applied = plan_quota(profile, model, profile.f_min_ghz, host, period)
+    assert q >= KERNEL_MIN_QUOTA_US
+    share = predicted_samples_per_s(profile, model, profile.f_min_ghz) / host
+    if MIN_FRACTION <= share <= 1.0:  # neither raised to the floor nor capped at one core
+        assert applied == pytest.approx(profile.f_min_ghz, rel=1e-3)
+    if share >= FLOOR_FRACTION * 1.001:
+        assert period == PERIOD_US
+
+
+def test_a_device_slower_than_the_default_floor_is_throttled_to_its_own_speed(tmp_path):
+    # an rpi3 at f_min on a fast host: 20 ms periods would round its quota up to 1 ms (5 %)
+    base = tmp_path / "cpu"
+    base.mkdir()
+    (base / "cgroup.procs").write_text("")
+    rpi3, host = PRESETS["rpi3"], 40_000.0
+    share = predicted_samples_per_s(rpi3, "digits", rpi3.f_min_ghz) / host
+    assert MIN_FRACTION < share < FLOOR_FRACTION
+    act = CgroupCpuBandwidth(rpi3, "digits", host_sps=host, name="tbtest-slow",
+                             controller=CpuController(1, base), pid=4243)
+    period = int((base / "tbtest-slow" / "cpu.cfs_period_us").read_text())
+    assert period > PERIOD_US
+    assert act.apply(rpi3.f_min_ghz) == pytest.approx(rpi3.f_min_ghz, rel=1e-3)
+    q = int((base / "tbtest-slow" / "cpu.cfs_quota_us").read_text())
+    assert q >= KERNEL_MIN_QUOTA_US and q / period == pytest.approx(share, rel=1e-3)
 
 
 def test_two_full_core_clients_oversubscribe_two_cores_but_two_half_cores_do_not():

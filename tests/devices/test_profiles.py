@@ -10,6 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from fedcure_app.devices import (
+    DEFAULT_DRAW,
     MODEL_ALIASES,
     PRESETS,
     TRAIN_FLOPS_PER_SAMPLE,
@@ -99,7 +100,15 @@ def test_population_is_seeded() -> None:
     b = [p.name for p in sample_population(60, seed=1)]
     c = [p.name for p in sample_population(60, seed=2)]
     assert a == b and a != c
-    assert set(a) == set(PRESETS)
+    assert set(a) == set(DEFAULT_DRAW)  # a preset outside the default draw: by name only
+
+
+def test_a_preset_outside_the_default_draw_is_dealt_by_name():
+    assert "rpi3" in PRESETS and "rpi3" not in DEFAULT_DRAW
+    assert {p.name for p in sample_population(8, seed=0, mix=["rpi3"])} == {"rpi3"}
+    orin, pi3 = PRESETS["jetson-orin-nano"], PRESETS["rpi3"]
+    ratio = pi3.cycles_for("mnist") / pi3.f_max_ghz / (orin.cycles_for("mnist") / orin.f_max_ghz)
+    assert 7.0 < ratio < 8.5  # the Orin Nano about 7.7x as fast at f_max
     assert sample_population(0) == []
 
 

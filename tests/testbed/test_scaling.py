@@ -37,10 +37,12 @@ def test_auto_scaling_keeps_the_ratios_and_fits_the_host(names, host, cores):
 
 def test_a_mix_that_already_fits_is_left_as_is():
     rpi4 = PRESETS["rpi4"]
-    host = 100 * rpi4.f_max_ghz * 1e9 / rpi4.cycles_for("mnist")  # rpi4 = 1 % of a core
+    host = 500 * rpi4.f_max_ghz * 1e9 / rpi4.cycles_for("mnist")  # rpi4 = 0.2 % of a core
     sc = scale_profiles([rpi4] * 3, "mnist", host, 2)
     assert sc.factor == 1 and sc.profiles == (rpi4,) * 3
-    assert sc.below_floor == ("rpi4",)  # under the actuator's 5 % floor: said so
+    assert sc.below_floor == ("rpi4",)  # under the actuator's 0.5 % floor: said so
+    slower = scale_profiles([rpi4] * 3, "mnist", host / 5, 2)  # 1 %: a longer CPU period
+    assert slower.below_floor == ()
 
 
 def test_client_cores_puts_the_fastest_client_at_that_share():
