@@ -63,7 +63,8 @@ from fedcure_app.devices.profiles import (
 __all__ = [
     "ACTUATOR_KINDS", "CgroupCpuBandwidth", "CgroupError", "calibrate_host",
     "find_cpu_controller", "plan_quota", "remove_cgroups",
-    "DEFAULT_CPU_ROOT", "DEFAULT_DRAW", "KERNEL_EFFICIENCY", "MODEL_ALIASES", "PRESETS", "TRAIN_FLOPS_PER_SAMPLE",
+    "DEFAULT_CPU_ROOT", "DEFAULT_DRAW", "KERNEL_EFFICIENCY", "MODEL_ALIASES", "PRESETS",
+    "TRAIN_FLOPS_PER_SAMPLE",
     "ActuatorKind", "CpufreqError", "CpufreqPermissionError", "DeviceProfile", "EmulatedThrottle",
     "FrequencyActuator", "NoThrottle", "PopulationArrays", "ProfileError", "SysfsCpufreq",
     "access_caps", "client_round_seconds", "coalition_seconds", "compute_seconds",

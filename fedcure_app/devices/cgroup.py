@@ -84,6 +84,12 @@ def quota_fraction(predicted_sps: float, host_sps: float,
     return min(1.0, max(floor, p / h))
 
 
+def quota_floor(period_us: int) -> float:
+    """The smallest share of a core a quota can give with ``period_us`` (µs): the kernel's 1 ms
+    of it."""
+    return min(1.0, KERNEL_MIN_QUOTA_US / period_us)
+
+
 def quota_us(fraction: float, period_us: int = PERIOD_US) -> int:
     """The CFS quota (µs per ``period_us``) for ``fraction`` of one core, at least 1 ms."""
     if not 0 < fraction <= 1:
@@ -101,9 +107,8 @@ def plan_quota(profile: DeviceProfile, model: str, f_ghz: float, host_sps: float
     one the quota gives back (lower than the directive when capped at one core, higher when
     raised to the floor)."""
     f = profile.clamp(_check_positive("f_ghz", f_ghz))
-    floor = min(1.0, KERNEL_MIN_QUOTA_US / period_us)
-    q = quota_us(quota_fraction(predicted_samples_per_s(profile, model, f), host_sps, floor),
-                 period_us)
+    q = quota_us(quota_fraction(predicted_samples_per_s(profile, model, f), host_sps,
+                                quota_floor(period_us)), period_us)
     applied = (q / period_us) * host_sps * profile.cycles_for(model) / 1e9
     return q, applied
 
@@ -122,7 +127,7 @@ def cores_asked(profiles: Sequence[DeviceProfile], model: str, host_sps: float) 
     """Host cores the clients' quotas add up to when all of them train at f_max at once (each
     at most one core): what a testbed's first dispatch, where every coalition trains, asks."""
     return sum(quota_fraction(predicted_samples_per_s(p, model, p.f_max_ghz), host_sps,
-                              KERNEL_MIN_QUOTA_US / period_for(p, model, host_sps))
+                              quota_floor(period_for(p, model, host_sps)))
                for p in profiles)
 
 
@@ -330,7 +335,7 @@ def calibrate_host(train_once: Callable[[int], Any], samples_per_step: int,
 
 __all__ = [
     "DEFAULT_CGROUP_PREFIX", "FLOOR_FRACTION", "KERNEL_MIN_QUOTA_US", "MAX_PERIOD_US",
-    "MIN_FRACTION", "PERIOD_US", "period_for",
+    "MIN_FRACTION", "PERIOD_US", "period_for", "quota_floor",
     "ROLE_RESERVE_CORES", "CgroupCpuBandwidth", "CgroupError", "CpuController", "calibrate_host",
     "cores_asked", "find_cpu_controller", "oversubscribed", "plan_quota", "predicted_samples_per_s",
     "quota_fraction", "quota_us", "remove_cgroups",

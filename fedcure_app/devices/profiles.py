@@ -17,12 +17,12 @@ FLOPs the device retires per cycle when PyTorch trains that model at batch 32::
 - efficiency(model), the fraction of peak reached, measured on a 2-core x86 (AMD EPYC, AVX2,
   2.45 GHz, torch 2.13): digits 0.035 (overhead-bound), mnist 0.21, cifar10 0.60;
 - q, the kernel quality relative to x86: 1.0 on x86, 0.6 on A72/A76/A78AE (PyTorch's ARM CPU
-  kernels are less tuned), 0.5 on the older, lower-IPC A57 and the in-order A53; this gives e.g. ≈ 270 MNIST
-  samples/s on a Raspberry Pi 4 at 1.5 GHz and ≈ 4 800 on the laptop at 4 GHz.
+  kernels are less tuned), 0.5 on the older, lower-IPC A57 and the in-order A53; this gives
+  e.g. ≈ 270 MNIST samples/s on a Raspberry Pi 4 at 1.5 GHz and ≈ 4 800 on the laptop at 4 GHz.
 
 ``kappa`` is fitted so that κ·f_max³·10⁹ W equals the CPU cluster's power above idle under an
-all-core load at f_max (Pi 3 ≈ 4 W, Pi 4 ≈ 3.5 W, Pi 5 ≈ 6 W, Jetson Nano CPU rail ≈ 2.5 W, Orin Nano CPU
-≈ 4 W, laptop package ≈ 28 W). Link rates are typical Wi-Fi goodputs for each board.
+all-core load at f_max (Pi 3 ≈ 4 W, Pi 4 ≈ 3.5 W, Pi 5 ≈ 6 W, Jetson Nano CPU rail ≈ 2.5 W,
+Orin Nano CPU ≈ 4 W, laptop package ≈ 28 W). Link rates are typical Wi-Fi goodputs for each board.
 """
 
 from __future__ import annotations

@@ -233,8 +233,7 @@ class BatchedExecutor:
         k = plan.index.shape[1]
         if self._grouped is not None:
             return self._stacked_round(k, plan, lr, momentum).run(
-                edge, plan.index.to(self.device), plan.mask.to(self.device),
-                plan.active.to(self.device))
+                edge, plan.index, plan.mask, plan.active)
         params = [stacked(t, k, not self.vectorized) for t in edge]
         bufs = [torch.zeros_like(p) for p in params] if momentum else []
         grad_space = [] if self.vectorized else [torch.empty_like(p) for p in params]
@@ -272,12 +271,12 @@ class BatchedExecutor:
                        ) -> StackedRound:
         """The :class:`StackedRound` of this round's shape (built, and on a GPU captured as a
         CUDA graph, the first time the shape comes up)."""
-        key = (k, plan.steps, int(plan.index.shape[2]), float(lr), float(momentum))
+        batch = int(plan.index.shape[2])
+        key = (k, plan.steps, batch, float(lr), float(momentum))
         found = self._rounds.get(key)
         if found is None:
             found = build_round(self._grouped, self.x, self.y, self._shapes, graph=self.graphs,
-                                k=k, steps=plan.steps, batch=int(plan.index.shape[2]), lr=lr,
-                                momentum=momentum)
+                                k=k, steps=plan.steps, batch=batch, lr=lr, momentum=momentum)
             if self.graphs and found.graph is None:
                 self.graphs = False  # a capture failed once: the later shapes run eagerly too
             self._rounds[key] = found

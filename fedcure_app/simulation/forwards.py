@@ -23,6 +23,8 @@ from torch.nn import functional as F
 #: padding, dilation, groups), ("linear", index, has bias), ("relu",), ("pool", kernel, stride,
 #: padding, dilation, ceil mode) or ("flatten", start dim, end dim).
 Layer = tuple
+#: ``f(params, x) -> logits``: what :func:`direct_forward` and :func:`grouped_forward` return
+Forward = Callable[[list[torch.Tensor], torch.Tensor], torch.Tensor]
 
 
 def pool_before_relu(model: nn.Module) -> nn.Module:
@@ -84,7 +86,7 @@ def sequential_layers(model: nn.Module) -> list[Layer] | None:
 
 
 def direct_forward(model: nn.Module
-                   ) -> Callable[[list[torch.Tensor], torch.Tensor], torch.Tensor] | None:
+                   ) -> Forward | None:
     """A forward function ``f(params, x)`` of ``model`` that calls torch's functional ops on the
     given parameters directly (``params``: tensors in ``named_parameters`` order), or None when
     ``model`` is not an ``nn.Sequential`` of Conv2d, Linear, ReLU, MaxPool2d and Flatten layers.
@@ -119,7 +121,7 @@ def direct_forward(model: nn.Module
 
 
 def grouped_forward(model: nn.Module
-                    ) -> Callable[[list[torch.Tensor], torch.Tensor], torch.Tensor] | None:
+                    ) -> Forward | None:
     """A forward function ``f(params, x)`` of K clients of ``model`` at once, or None where
     :func:`sequential_layers` refuses the model or its layers are not convolutions and pools
     followed by one ``Flatten()`` and linear layers.
@@ -168,5 +170,5 @@ def grouped_forward(model: nn.Module
     return forward
 
 
-__all__ = ["Layer", "direct_forward", "grouped_forward", "pool_before_relu",
+__all__ = ["Forward", "Layer", "direct_forward", "grouped_forward", "pool_before_relu",
            "sequential_layers"]

@@ -18,14 +18,13 @@ depend on the plan.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 
 import torch
 from torch.nn import functional as F
 
-log = logging.getLogger(__name__)
+from fedcure_app.simulation.forwards import Forward
 
-Forward = Callable[[list[torch.Tensor], torch.Tensor], torch.Tensor]
+log = logging.getLogger(__name__)
 
 
 def _per_client(flag: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -104,7 +103,8 @@ class StackedRound:
     def run(self, edge: list[torch.Tensor], index: torch.Tensor, mask: torch.Tensor,
             active: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
         """Train K copies of the edge model ``edge`` on the plan's ``index`` ([steps, K, B]),
-        ``mask`` ([steps, K, B]) and ``active`` ([steps, K]); return the stacked client
+        ``mask`` ([steps, K, B]) and ``active`` ([steps, K]), on any device (copied into this
+        round's buffers); return the stacked client
         parameters and each client's summed mini-batch loss (nats). Both are this object's
         buffers: read them before the next call."""
         with torch.no_grad():
