@@ -11,7 +11,8 @@ Records carry the simulation engine's keys: round, time_s (wall seconds since ro
 dispatched), coalition, staleness, xi, latency_s (measured by the cloud), estimate_s, version,
 queues, dispatched, frequencies_ghz, energy_j, accuracy, loss; plus task_id, edge_latency_s
 (what the ES measured), startup_s (what the ES reported of it as start-up), observed_latency_s
-(what T̂ learned: :func:`observed_latency`), dropped, late and applied_ghz (client id → the
+(what T̂ learned: :func:`observed_latency`; nothing when warmup, one of the coalition's first
+``devices.warmups`` tasks), dropped, late, warmup and applied_ghz (client id → the
 frequency it last reported applying in this task, GHz). Energy per client-round is κ_n·c_n·f_n²
 with the cycles c_n = seconds·f_n·10⁹ the client reported running at f_n GHz.
 """
@@ -199,6 +200,7 @@ class Arrivals:
             "edge_latency_s": edge_latency,
             "dropped": dropped,
             "late": late,
+            "warmup": bool(rec.extra.get("warmup", False)),
             "applied_ghz": {str(r.client): r.f_applied_ghz for r in reports
                             if r.f_applied_ghz > 0},
         }

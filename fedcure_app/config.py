@@ -162,9 +162,20 @@ class DevicesConfig(_Section):
         None, description="rescale the latency priors by observed/predicted latency (empirical "
         "Bayes); default: on in deployment (measured latencies), off in simulation")
 
+    warmup_tasks: int | None = Field(
+        None, ge=0, le=1000, description="each coalition's first tasks that T̂ does not learn "
+        "from (recorded, aggregated, but a warm-up: processes, caches and the host settling); "
+        "default: 1 in deployment, 0 in simulation (a simulated task has no warm-up)")
+
     def calibrates(self, deployed: bool) -> bool:
         """Whether the latency estimator calibrates its prior in this role."""
         return deployed if self.calibrate_prior is None else self.calibrate_prior
+
+    def warmups(self, deployed: bool) -> int:
+        """How many of each coalition's first tasks the latency estimator leaves out."""
+        if self.warmup_tasks is not None:
+            return self.warmup_tasks
+        return 1 if deployed else 0
 
 
 class ReliabilityConfig(_Section):

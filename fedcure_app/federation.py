@@ -130,7 +130,8 @@ def build_strategy(cfg: FedCureConfig, coalitions: list[list[int]], client_sampl
 
     ``client_samples``: |D_n| per client; cycles per edge round from the profiles at
     :func:`samples_per_round` samples; frequency bounds [f_min, f_max] GHz; ``deployed`` chooses
-    whether the estimator calibrates its prior (``devices.calibrates``) and refuses the
+    whether the estimator calibrates its prior (``devices.calibrates``) and leaves each
+    coalition's first task out (``devices.warmups``), and refuses the
     simulation-only knobs (:func:`simulation_only_knobs`).
     """
     if deployed and simulation_only_knobs(cfg):
@@ -150,6 +151,7 @@ def build_strategy(cfg: FedCureConfig, coalitions: list[list[int]], client_sampl
         max_concurrent=cfg.concurrency,
         seed=cfg.run.seed,
         calibrate_prior=cfg.devices.calibrates(deployed=deployed),
+        warmup_tasks=cfg.devices.warmups(deployed=deployed),
     )
 
 

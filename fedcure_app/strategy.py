@@ -131,6 +131,10 @@ class FedCureStrategy:
     calibrate_prior:
         Rescale every coalition's latency prior by the observed/predicted ratio (see
         :mod:`fedcure_app.core.estimator`): on for measured (deployed) latencies.
+    warmup_tasks:
+        Each coalition's first arrivals that the estimator does not learn from (a deployed
+        coalition's first task also pays processes and caches warming up, beyond the start-up
+        its edge reports); they are aggregated as any other.
     """
 
     def __init__(
@@ -146,6 +150,7 @@ class FedCureStrategy:
         max_concurrent: int | None = None,
         seed: int = 0,
         calibrate_prior: bool = False,
+        warmup_tasks: int = 0,
     ) -> None:
         m = len(coalitions)
         if m == 0 or any(len(c) == 0 for c in coalitions):
@@ -167,6 +172,9 @@ class FedCureStrategy:
         self.delta = queue_deltas(sizes, method.kappa)
         self.scheduler = make_scheduler(method.scheduler, self.delta, beta=method.beta, seed=seed)
         self.estimator = LatencyEstimator(prior, calibrate=calibrate_prior)
+        if warmup_tasks < 0:
+            raise ValueError(f"warmup_tasks must be >= 0, got {warmup_tasks}")
+        self.warmup_tasks = int(warmup_tasks)
         self.global_arrays = [np.array(a, copy=True) for a in initial_arrays]
         self.version = 0
         self.round = 0
@@ -317,13 +325,18 @@ class FedCureStrategy:
         xi = staleness_weight(staleness, self.method.ell, self.method.k)
         self.global_arrays = cloud_update(self.global_arrays, update.arrays, xi)
         estimate = float(self.estimator.mean()[m])
-        self.estimator.update(m, update.latency_s)
+        warmup = bool(self.participation[m] < self.warmup_tasks)
+        if not warmup:
+            self.estimator.update(m, update.latency_s)
         self.version += 1
         self.round += 1
         self.participation[m] += 1
-        return RoundRecord(round=self.round, coalition=m, staleness=staleness, xi=xi,
-                           latency_s=float(update.latency_s), estimate_s=estimate,
-                           version=self.version, queues=[], dispatched=[])
+        record = RoundRecord(round=self.round, coalition=m, staleness=staleness, xi=xi,
+                             latency_s=float(update.latency_s), estimate_s=estimate,
+                             version=self.version, queues=[], dispatched=[])
+        if warmup:
+            record.extra["warmup"] = True
+        return record
 
     # ------------------------------------------------------------------ undo
     def undo_point(self) -> dict[str, Any]:

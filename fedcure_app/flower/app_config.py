@@ -56,7 +56,7 @@ APP_OPTION_DEFAULTS: dict[str, Any] = {
 
 #: Optional string knobs for which ``""`` means "unset".
 _EMPTY_IS_UNSET = ("data-dir", "profiles-file", "formation", "scheduler", "method", "mix",
-                   "calibrate-prior")
+                   "calibrate-prior", "warmup-tasks")
 ROLES = ("simulation", "edge")
 
 

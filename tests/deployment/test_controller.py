@@ -264,9 +264,9 @@ def test_reported_start_up_is_left_out_of_the_latency_estimate_and_its_calibrati
     """Two clouds get the same arrival, one with 1.2 s of its 1.5 s reported as start-up (a
     trainer loading, clients coming online): that one's estimator learns 0.3 s, exactly as a
     cloud that measured 0.3 s with no start-up, and the record keeps the measured 1.5 s."""
-    plain, tasks_p = formed()
-    started, tasks_s = formed()
-    fast, tasks_f = formed()
+    plain, tasks_p = formed(**{"warmup-tasks": 0})
+    started, tasks_s = formed(**{"warmup-tasks": 0})
+    fast, tasks_f = formed(**{"warmup-tasks": 0})
     for c, tasks, latency, startup in ((plain, tasks_p, 1.5, 0.0), (started, tasks_s, 1.5, 1.2),
                                        (fast, tasks_f, 0.3, 0.0)):
         task = tasks[0]
@@ -280,6 +280,27 @@ def test_reported_start_up_is_left_out_of_the_latency_estimate_and_its_calibrati
     assert est["started"].scale < est["plain"].scale
     np.testing.assert_allclose(est["started"].mean(), est["fast"].mean())
     assert started.records[0]["observed_latency_s"] == pytest.approx(0.3)
+
+
+def test_each_coalitions_first_task_is_aggregated_but_not_learned_by_the_estimate():
+    """Deployed, the default leaves each coalition's first task (a warm-up) out of T̂ and its
+    calibration: the model and the round still advance, the record says warmup, and a
+    coalition's second task is the first T̂ learns."""
+    c, tasks = formed()
+    assert len(tasks) == c.strategy.num_coalitions == 2
+    before = c.strategy.estimator.mean().copy()
+    new = []
+    for i, task in enumerate(tasks):
+        arrival = answer(c, task)
+        assert arrival.record["warmup"] is True and c.strategy.round == i + 1
+        new = arrival.new
+    np.testing.assert_array_equal(c.strategy.estimator.mean(), before)
+    assert c.strategy.estimator.count.sum() == 0 and c.strategy.estimator.calib_n == 0
+    assert new, "a slot freed by the second arrival is refilled"
+    m = new[0].dispatch.coalition
+    second = answer(c, new[0])
+    assert second.record["warmup"] is False
+    assert c.strategy.estimator.count[m] == 1 and c.strategy.estimator.calib_n == 1
 
 
 def test_a_start_up_longer_than_the_edges_latency_is_refused():

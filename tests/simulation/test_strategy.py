@@ -131,3 +131,43 @@ def test_queues_stay_mean_rate_stable_in_a_long_asynchronous_run(beta, seed):
     share = s.participation / s.participation.sum()
     assert np.all(share >= s.delta - 0.02), (share, s.delta)
     assert s.scheduler.queues.values.max() / rounds < 0.01
+
+
+@given(warmup=st.integers(0, 3), latencies=st.lists(st.floats(0.5, 50.0), min_size=1,
+                                                    max_size=8))
+@settings(max_examples=40, deadline=None)
+def test_the_estimator_learns_a_coalitions_arrivals_only_after_its_warmup_tasks(warmup,
+                                                                              latencies):
+    """Every arrival is aggregated; the estimator counts only those after the coalition's
+    first ``warmup_tasks``, and learns them exactly as a strategy without warm-up would."""
+    s = make_strategy(m=1, k=1)
+    s.warmup_tasks = warmup
+    plain = make_strategy(m=1, k=1)
+    s.dispatch()
+    plain.dispatch()
+    for i, t in enumerate(latencies):
+        rec = arrive(s, 0, latency=t)
+        assert rec.round == i + 1 and rec.extra.get("warmup", False) == (i < warmup)
+        if i >= warmup:
+            arrive(plain, 0, latency=t)
+            plain.dispatch()
+        s.dispatch()
+    assert s.estimator.count[0] == max(0, len(latencies) - warmup)
+    np.testing.assert_allclose(s.estimator.mean(), plain.estimator.mean())
+
+
+def test_warmup_defaults_to_one_task_deployed_and_none_simulated():
+    from fedcure_app.config import DevicesConfig
+
+    assert DevicesConfig().warmups(deployed=True) == 1
+    assert DevicesConfig().warmups(deployed=False) == 0
+    assert DevicesConfig(warmup_tasks=3).warmups(deployed=False) == 3
+    with pytest.raises(ValueError):
+        DevicesConfig(warmup_tasks=-1)
+    with pytest.raises(ValueError):
+        make_strategy_with_warmup(-1)
+
+
+def make_strategy_with_warmup(w: int) -> FedCureStrategy:
+    return FedCureStrategy(MethodConfig(), [[0]], np.ones(1), np.ones(1), np.array([[0.6, 1.5]]),
+                           np.array([5.0]), [np.zeros(2, np.float32)], warmup_tasks=w)
