@@ -11,7 +11,7 @@ difference of the two edge models.
 of each and the speed-up. Exits 1 when the accuracies differ by more than ``--max-diff`` points.
 
     python3 bench/batched.py steps [--device cpu|cuda] [--repeats 3]
-    python3 bench/batched.py run --dataset mnist --data-dir DIR --rounds 6 [--device cpu]
+    python3 bench/batched.py run --dataset mnist --data-dir DIR --rounds 6 [--repeats 3] [--device cpu]
 """
 
 from __future__ import annotations
@@ -111,22 +111,28 @@ def run(args: argparse.Namespace) -> int:
     base = apply_flat(FedCureConfig(), {"dataset": args.dataset, "global-rounds": args.rounds,
                                         "seed": args.seed, "method": "fedcure",
                                         "eval-every": args.rounds})
-    out = {}
     order = ["inprocess", "batched"] if not args.batched_first else ["batched", "inprocess"]
     load = os.getloadavg()[0]
-    for name in order:
-        cfg = apply_flat(base, {"executor": name})
-        t0 = time.perf_counter()
-        result = simulate(cfg, dataset=ds, workers=1, device=device)
-        out[name] = (time.perf_counter() - t0, result["final_accuracy"])
-        print(f"{name}: {out[name][0]:.1f} s, final accuracy {100 * out[name][1]:.2f} %",
-              flush=True)
-    speedup = out["inprocess"][0] / out["batched"][0]
-    diff = 100 * abs(out["inprocess"][1] - out["batched"][1])
+    ratios, accuracy = [], {}
+    for rep in range(args.repeats):
+        seconds = {}
+        for name in order if rep % 2 == 0 else order[::-1]:  # alternate who goes first
+            cfg = apply_flat(base, {"executor": name})
+            t0 = time.perf_counter()
+            result = simulate(cfg, dataset=ds, workers=1, device=device)
+            seconds[name] = time.perf_counter() - t0
+            accuracy[name] = result["final_accuracy"]
+            print(f"{name}: {seconds[name]:.1f} s, final accuracy {100 * accuracy[name]:.2f} %",
+                  flush=True)
+        ratios.append(seconds["inprocess"] / seconds["batched"])
+        print(f"repeat {rep + 1}: batched is {ratios[-1]:.2f}x faster", flush=True)
+    diff = 100 * abs(accuracy["inprocess"] - accuracy["batched"])
     print(f"\n{args.dataset}, {args.rounds} rounds, seed {args.seed}, device {device}, one "
           f"worker, {torch.get_num_threads()} torch thread(s); load average before "
           f"{load:.2f}, after {os.getloadavg()[0]:.2f}")
-    print(f"batched is {speedup:.2f}x faster; final accuracies differ by {diff:.2f} points")
+    print(f"batched is {float(np.median(ratios)):.2f}x faster (median of {len(ratios)}: "
+          f"{', '.join(f'{r:.2f}' for r in ratios)}); final accuracies differ by {diff:.2f} "
+          "points")
     return 0 if diff <= args.max_diff else 1
 
 
@@ -147,6 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--max-diff", type=float, default=1.0,
                    help="largest accepted final-accuracy difference (points)")
     r.add_argument("--batched-first", action="store_true", help="run the batched one first")
+    r.add_argument("--repeats", type=int, default=1,
+                   help="pairs of runs, alternating which executor goes first; the speed-up "
+                   "printed is their median")
     for q in (s, r):
         q.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto"])
         q.add_argument("--threads", type=int, default=1)

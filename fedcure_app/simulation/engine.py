@@ -1,8 +1,9 @@
 """Event-driven SAFL simulation on a simulated clock (DESIGN.md semantics).
 
-Round 0 dispatches every coalition. A dispatched coalition's training starts at once (it
-depends only on the model it was sent; with a worker pool, tasks in flight train side by side
-and each result is collected at its arrival), while the simulated clock decides when its edge
+Round 0 dispatches every coalition. A dispatched coalition's training depends only on the model
+it was sent: with a worker pool, tasks in flight train side by side from their dispatch and each
+result is collected at its arrival; with one worker a task trains when it arrives, so a task
+still in flight when the run ends is never trained. The simulated clock decides when its edge
 model *arrives*:
 its latency is drawn from the device profiles (compute c_n/f_n at the directed frequency, model
 down/up links, lognormal jitter), τ_e edge rounds each as slow as its slowest client, plus the
@@ -198,7 +199,8 @@ class _Arrival:
     time_s: float
     seq: int
     dispatch: Dispatch = field(compare=False)
-    result: EdgeResult | Future[EdgeResult] = field(compare=False)
+    #: the edge model, a worker pool's future of it, or the task itself until it is trained
+    result: EdgeResult | Future[EdgeResult] | EdgeTask = field(compare=False)
     latency_s: float = field(compare=False)
     energy_j: float = field(compare=False)
 
@@ -267,9 +269,10 @@ class SimulationEngine:
             momentum=self.cfg.method.momentum,
             tau_c_unit=self.cfg.method.tau_c_unit,
         )
-        # whole tasks side by side where the executor can and enough coalitions train at once
-        result: EdgeResult | Future[EdgeResult] = (
-            self._submit(task) if self._submit is not None else self.executor.run(task))
+        # whole tasks side by side where the executor can and enough coalitions train at once;
+        # else the task trains when it arrives (never, if the run ends first)
+        result: Future[EdgeResult] | EdgeTask = (
+            self._submit(task) if self._submit is not None else task)
         latency, energy = self._simulated_latency(d)
         self._seq += 1
         heapq.heappush(heap, _Arrival(now + latency, self._seq, d, result, latency, energy))
@@ -320,6 +323,8 @@ class SimulationEngine:
             now = a.time_s
             if isinstance(a.result, Future):
                 a.result = a.result.result()
+            elif isinstance(a.result, EdgeTask):
+                a.result = self.executor.run(a.result)
             diag = arrival_diagnostics(a.result, self.strategy.global_arrays)
             rec = self.strategy.on_arrival(EdgeUpdate(
                 coalition=a.dispatch.coalition, base_version=a.dispatch.version,

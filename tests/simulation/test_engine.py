@@ -138,3 +138,23 @@ def test_simulate_with_the_flower_executor_runs_on_virtual_supernodes(tmp_path):
     res = json.loads((out / "result.json").read_text())
     assert res["rounds"] == 2
     assert "flower" in res  # written by the ServerApp, not by the in-process engine
+
+
+def test_with_one_worker_only_the_tasks_that_arrive_are_trained(digits):
+    """Round 0 dispatches every coalition, so some tasks are still in flight when the run ends:
+    with one worker each task trains when it arrives, so exactly one task per global round is
+    trained, in the order of the arrivals."""
+    from fedcure_app.simulation.engine import SimulationEngine, build_federation, \
+        make_inprocess_executor
+
+    cfg = tiny()
+    fed = build_federation(cfg, digits)
+    executor = make_inprocess_executor(fed)
+    trained = []
+    run = executor.run
+    executor.run = lambda task: trained.append(task.coalition) or run(task)
+    res = SimulationEngine(fed, executor).run()
+    assert len(res["records"]) == cfg.run.global_rounds
+    assert trained == [r["coalition"] for r in res["records"]]
+    assert sum(len(r["dispatched"]) for r in res["records"]) + fed.cfg.federation.num_edges \
+        > len(trained)  # some dispatched tasks never arrived, and were never trained
