@@ -12,7 +12,7 @@ dispatched), coalition, staleness, xi, latency_s (measured by the cloud), estima
 queues, dispatched, frequencies_ghz, energy_j, accuracy, loss; plus task_id, edge_latency_s
 (what the ES measured), startup_s (what the ES reported of it as start-up), observed_latency_s
 (what T̂ learned: :func:`observed_latency`; nothing when warmup, one of the coalition's first
-``devices.warmups`` tasks), dropped, late, warmup and applied_ghz (client id → the
+``devices.warmup_tasks`` tasks), dropped, late, warmup and applied_ghz (client id → the
 frequency it last reported applying in this task, GHz). Energy per client-round is κ_n·c_n·f_n²
 with the cycles c_n = seconds·f_n·10⁹ the client reported running at f_n GHz.
 """

@@ -12,7 +12,8 @@ from fedcure_app.strategy import EdgeUpdate, FedCureStrategy
 
 
 def make_strategy(m: int = 4, k: int | None = None, scheduler: str = "fedcure",
-                  beta: float = 0.5, sizes=None, kappa: float = 1.0) -> FedCureStrategy:
+                  beta: float = 0.5, sizes=None, kappa: float = 1.0,
+                  warmup_tasks: int = 0) -> FedCureStrategy:
     per = 3
     coalitions = [list(range(i * per, (i + 1) * per)) for i in range(m)]
     n = m * per
@@ -27,6 +28,7 @@ def make_strategy(m: int = 4, k: int | None = None, scheduler: str = "fedcure",
         [np.zeros((2, 3), np.float32), np.zeros(3, np.float32)],
         max_concurrent=k,
         seed=0,
+        warmup_tasks=warmup_tasks,
     )
 
 
@@ -140,8 +142,7 @@ def test_the_estimator_learns_a_coalitions_arrivals_only_after_its_warmup_tasks(
                                                                               latencies):
     """Every arrival is aggregated; the estimator counts only those after the coalition's
     first ``warmup_tasks``, and learns them exactly as a strategy without warm-up would."""
-    s = make_strategy(m=1, k=1)
-    s.warmup_tasks = warmup
+    s = make_strategy(m=1, k=1, warmup_tasks=warmup)
     plain = make_strategy(m=1, k=1)
     s.dispatch()
     plain.dispatch()
@@ -165,9 +166,4 @@ def test_warmup_defaults_to_one_task_deployed_and_none_simulated():
     with pytest.raises(ValueError):
         DevicesConfig(warmup_tasks=-1)
     with pytest.raises(ValueError):
-        make_strategy_with_warmup(-1)
-
-
-def make_strategy_with_warmup(w: int) -> FedCureStrategy:
-    return FedCureStrategy(MethodConfig(), [[0]], np.ones(1), np.ones(1), np.array([[0.6, 1.5]]),
-                           np.array([5.0]), [np.zeros(2, np.float32)], warmup_tasks=w)
+        make_strategy(warmup_tasks=-1)
