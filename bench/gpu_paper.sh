@@ -17,7 +17,7 @@
 #      not used (graphs off: --no-cuda-graphs; batched broken: --executor inprocess);
 #   4. times one CIFAR-10 Table 1 run alone (bench/one_run.py: FedCure, seed 0, reading
 #      momentum, stored in the run cache; at most 240 s; ALONE=0 skips it);
-#   5. runs the sets named by SETS (default "cifar10:momentum:7 cifar10:literal:7":
+#   5. runs the sets named by SETS (default "cifar10:momentum:8 cifar10:literal:8":
 #      dataset:reading:jobs), all at once, each Table 1, then Fig. 3 (clustering), then Fig. 4
 #      (efficiency), every job process sharing the GPU;
 #   6. after SECONDS (default 540) from its start, interrupts what still runs (Ctrl-C: what
@@ -107,7 +107,7 @@ run_set() {  # dataset reading jobs
 
 set -m  # each set in its own process group, so Ctrl-C reaches all its processes
 pids=()
-for spec in ${SETS:-cifar10:momentum:7 cifar10:literal:7}; do
+for spec in ${SETS:-cifar10:momentum:8 cifar10:literal:8}; do
   IFS=: read -r ds reading jobs <<< "$spec"
   run_set "$ds" "$reading" "$jobs" > "$out/$ds-$reading.log" 2>&1 &
   pids+=($!)
