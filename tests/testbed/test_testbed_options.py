@@ -10,10 +10,12 @@ from fedcure_app.cli import build_parser
 from fedcure_app.cli.errors import UsageError
 from fedcure_app.cli.testbed import (
     TESTBED_DEFAULTS,
+    TESTBED_MESSAGING,
     apply_testbed_defaults,
     client_cores_option,
     client_profiles,
     parse_mix,
+    messaging_defaults,
 )
 from fedcure_app.config import FedCureConfig, apply_flat
 
@@ -64,3 +66,14 @@ def test_an_option_or_the_config_file_beats_the_testbed_default(tmp_path):
     assert args.rounds == 5  # the option
     assert args.tau_c is None  # the file's value stays in charge
     assert args.tau_e == TESTBED_DEFAULTS["tau_e"][2]
+
+
+def test_the_testbed_puts_its_messaging_in_the_latency_prior_unless_the_file_sets_it(tmp_path):
+    assert messaging_defaults(_args()) == {"edge-round-overhead-s": 1.55,
+                                          "edge-round-client-samples": 177}
+    cfg = apply_flat(FedCureConfig(), messaging_defaults(_args()))
+    assert cfg.devices.edge_round_overhead_s == TESTBED_MESSAGING["edge_round_overhead_s"]
+    path = tmp_path / "c.toml"
+    path.write_text("[devices]\nedge-round-overhead-s = 0\n")
+    assert messaging_defaults(_args("--config", str(path))) == {
+        "edge-round-client-samples": 177}  # the paper's model alone, as the file asks
