@@ -19,7 +19,8 @@ command line, :mod:`client.forked`).
         [--every 0.25] [--out DIR] [--json FILE]
 
 It prints one table per dataset (MB = 10^6 bytes) and the load average before and after; the
-goal line says whether the client's peak total stays within ``--goal-mb`` (400).
+goal line says whether the client's peak total stays within ``--goal-mb`` (400). ``--json``
+also keeps every sample (``series``: seconds since the launch started, PSS bytes per kind).
 """
 
 from __future__ import annotations
@@ -174,7 +175,7 @@ def measure(dataset: str, data_dir: str | None, rounds: int, every_s: float, out
         raise SystemExit(f"fedcure launch failed (exit {proc.returncode}); see "
                          f"{out / f'launch-{dataset}.log'}")
     return summarise(samples, marks) | {"dataset": dataset, "rounds": rounds,
-                                        "samples": len(samples)}
+                                        "samples": len(samples), "series": samples}
 
 
 def summarise(samples: list[tuple[float, dict[str, int]]], marks: dict[str, float]
