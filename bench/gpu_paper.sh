@@ -23,8 +23,9 @@
 #   6. after SECONDS (default 540) from its start, interrupts what still runs (Ctrl-C: what
 #      finished stays in the run cache, a rerun resumes) and packs into OUT: results.tar.gz
 #      (the scratch results folder: run caches, summaries, figures), the logs, bench.txt,
-#      gpu.txt and runs.tsv (one line per trained run in the cache: dataset, run, executor,
-#      device, final accuracy in %, wall seconds).
+#      gpu.txt, gpu-use.log (every 10 s while the sets run: the GPU's utilisation and memory in
+#      use, and each compute process's memory) and runs.tsv (one line per trained run in the
+#      cache: dataset, run, executor, device, final accuracy in %, wall seconds).
 set -uo pipefail
 # BUDGET and DEVICE override the paper budget and cuda (for a dry run on the CPU); BENCH=0
 # skips step 2.
@@ -113,7 +114,18 @@ for spec in ${SETS:-cifar10:momentum:8 cifar10:literal:8}; do
   pids+=($!)
 done
 running() { local p; for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && return 0; done; return 1; }
-while [ "$(elapsed)" -lt "$budget_s" ] && running; do sleep 2; done
+# every 10 s: the GPU's utilisation and memory, and each compute process's memory (gpu-use.log)
+sampled=0
+while [ "$(elapsed)" -lt "$budget_s" ] && running; do
+  if [ "$device" = cuda ] && [ $(( $(elapsed) - sampled )) -ge 10 ]; then
+    sampled=$(elapsed)
+    { echo "at $sampled s: $(nvidia-smi --query-gpu=utilization.gpu,memory.used \
+        --format=csv,noheader 2>&1)"
+      nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader 2>&1 | sed 's/^/  /'
+    } >> "$out/gpu-use.log"
+  fi
+  sleep 2
+done
 for p in "${pids[@]}"; do kill -INT -- -"$p" 2>/dev/null; done
 for _ in $(seq 20); do running || break; sleep 1; done
 for p in "${pids[@]}"; do kill -KILL -- -"$p" 2>/dev/null; done
