@@ -437,24 +437,27 @@ def check_testbed_inputs(args: argparse.Namespace) -> None:
         parse_mix(args.mix)
 
 
-def apply_testbed_defaults(args: argparse.Namespace) -> None:
-    """Fill in :data:`TESTBED_DEFAULTS` for the options neither given nor set by ``--config``."""
+def set_by_config(args: argparse.Namespace) -> dict[str, set[str]]:
+    """Section → the fields the ``--config`` file sets (empty without one)."""
     from fedcure_app.cli.errors import load_file
 
-    given = load_file(args.config) if args.config else None
+    if not args.config:
+        return {}
+    given = load_file(args.config)
+    return {name: set(getattr(given, name).model_fields_set) for name in given.model_fields}
+
+
+def apply_testbed_defaults(args: argparse.Namespace) -> None:
+    """Fill in :data:`TESTBED_DEFAULTS` for the options neither given nor set by ``--config``."""
+    given = set_by_config(args)
     for dest, (section, key, value) in TESTBED_DEFAULTS.items():
-        if getattr(args, dest) is not None:
-            continue
-        if given is not None and key in getattr(given, section).model_fields_set:
-            continue
-        setattr(args, dest, value)
+        if getattr(args, dest) is None and key not in given.get(section, set()):
+            setattr(args, dest, value)
 
 
 def messaging_defaults(args: argparse.Namespace) -> dict[str, float | int]:
     """:data:`TESTBED_MESSAGING` as configuration keys, less those ``--config`` sets."""
-    from fedcure_app.cli.errors import load_file
-
-    given = load_file(args.config).devices.model_fields_set if args.config else set()
+    given = set_by_config(args).get("devices", set())
     return {key.replace("_", "-"): value for key, value in TESTBED_MESSAGING.items()
             if key not in given}
 
@@ -480,6 +483,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 __all__ = ["DEFAULT_MIX", "NamespaceSite", "TESTBED_DEFAULTS", "TESTBED_MESSAGING",
-           "apply_testbed_defaults", "messaging_defaults",
+           "apply_testbed_defaults", "messaging_defaults", "set_by_config",
            "client_cores_option", "client_profiles", "host_samples_per_s", "parse_mix",
            "register", "run", "scaling_text", "warn_oversubscribed"]

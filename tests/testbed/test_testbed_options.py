@@ -14,8 +14,8 @@ from fedcure_app.cli.testbed import (
     apply_testbed_defaults,
     client_cores_option,
     client_profiles,
-    parse_mix,
     messaging_defaults,
+    parse_mix,
 )
 from fedcure_app.config import FedCureConfig, apply_flat
 
