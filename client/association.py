@@ -105,9 +105,9 @@ def register(stub: Any, args: argparse.Namespace, name: str, data: Any, home: in
     import grpc
 
     from fedcure_app.protocol import cloud_pb2 as pb
-    from fedcure_app.protocol.codec import profile_to_proto
+    from fedcure_app.protocol.profiles import profile_to_proto
 
-    req = pb.RegisterRequest(client_name=name, label_counts=data.label_counts.tolist(),
+    req = pb.RegisterRequest(client_name=name, label_counts=[int(c) for c in data.label_counts],
                              device=profile_to_proto(data.profile), home_edge=home,
                              token=args.token, supernode_public_key=supernode_key,
                              compute_device=getattr(args, "device_in_use", "cpu"),

@@ -9,11 +9,11 @@
    ``<hostname>-<pid>``; ``--partition-id`` asks for a given one) and gets the cloud's
    configuration, from which it computes exactly the partition ``fedcure simulate`` would
    (:func:`fedcure_app.federation.partition_for`), its label counts, its initial ES and its
-   simulated device profile.
+   simulated device profile, and writes its data file (:mod:`fedcure_app.flower.node_data`),
+   both in a child process (:mod:`client.partition`: the dataset never enters this one).
 2. Registers (``Association.Register``; it answers once coalition formation has run and the
    chosen ES is up) and learns its client id and its ES's address.
-3. Writes its data file (:mod:`fedcure_app.flower.node_data`) and starts
-   ``flower-supernode`` to that
+3. Starts ``flower-supernode`` to that
    ES with node config ``client-id=<id> cpufreq=<mode> data-file=<path>`` (and
    ``cpufreq-root=<dir>`` with ``--cpufreq-root``, ``host-samples-per-s`` and
    ``cgroup-prefix`` with ``--cpufreq cgroup``) on its own free
@@ -72,6 +72,7 @@ from client.children import (
     supernode_argv,
 )
 from client.device import device_in_use, gpufreq_in_use, measure_rate, probe
+from client.partition import cut_partition
 
 PROG = "fedcure-client"
 log = logging.getLogger("fedcure.client")
@@ -159,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
-    from fedcure_app.flower.node_data import read_applied, save_node_data
+    from fedcure_app.flower.node_data import read_applied
     from fedcure_app.runtime.processes import Child, flower_env, free_port, split_address
     from fedcure_app.protocol import cloud_pb2 as pb
     from fedcure_app.protocol import cloud_pb2_grpc as pb_grpc
@@ -204,11 +205,15 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
             return 0
         cfg = config_of(reply, args)
         index = int(reply.partition_id)
-        data, home = build_node_data(cfg, index, name)
+        for stale in (work / "node-data.npz.applied.jsonl", work / RUNTIME_ADDRESS_FILE,
+                      work / SUPERNODE_ARGV_FILE):
+            stale.unlink(missing_ok=True)
+        # in a child process: the dataset and NumPy never enter this long-lived one
+        data = cut_partition(cfg, index, name, work / "node-data.npz")
+        data_file, home = data.data_file, data.home
         log.info("client %r holds partition %d of %d (%s, %d samples, label counts %s, "
                  "initial edge %d, device %s)", name, index, reply.num_partitions,
-                 cfg.data.dataset, len(data.y), data.label_counts.tolist(), home,
-                 data.profile.name)
+                 cfg.data.dataset, data.samples, data.label_counts, home, data.profile.name)
         args.gpufreq_in_use = gpufreq_in_use(warm.gpufreq, data.profile.name)
         log.info("client %r trains on %s (--device %s%s)", name, args.device_in_use,
                  warm.device, f", GPU clock: {args.gpufreq_in_use}"
@@ -222,13 +227,6 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
                          name, args.samples_per_s, cfg.data.dataset, cfg.method.batch_size)
             except RuntimeError as err:
                 log.warning("%s; the cloud's latency prior stays the device profile's", err)
-        data_file = save_node_data(work / "node-data.npz", data)
-        from fedcure_app.runtime.processes import release_memory
-
-        release_memory()  # the dataset this client's partition was cut from is gone
-        for stale in (work / "node-data.npz.applied.jsonl", work / RUNTIME_ADDRESS_FILE,
-                      work / SUPERNODE_ARGV_FILE):
-            stale.unlink(missing_ok=True)
         env = flower_env(work / "flwr-home", {**warm.to_env(),
                                                 "FEDCURE_DEVICE": args.device_in_use})
         if warm.runtime == "warm":
@@ -257,7 +255,7 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
         (work / "registration.json").write_text(json.dumps({
             "name": name, "partition_id": index, "client_id": reg.client_id,
             "edge_id": reg.edge_id, "edge_address": reg.edge_address, "home_edge": home,
-            "label_counts": data.label_counts.tolist(), "device": args.device_in_use,
+            "label_counts": data.label_counts, "device": args.device_in_use,
             "gpufreq": args.gpufreq_in_use if args.device_in_use == "cuda" else "off",
             "samples_per_s": args.samples_per_s or None}))
         port = free_port()
@@ -341,7 +339,6 @@ def main(argv: list[str] | None = None) -> int:
             return 2 if isinstance(err, UsageError) else 1
     stop = role_start(args.quiet, log)
     from fedcure_app.config import ConfigError
-    from fedcure_app.data.errors import DatasetError
     from fedcure_app.protocol.channel import ChannelConfigError
 
     try:
@@ -349,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, ConfigError, ChannelConfigError) as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return 2
-    except (ClientError, DatasetError, OSError, ValueError) as err:
+    except (ClientError, OSError, ValueError) as err:  # a DatasetError is a ValueError
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return 1
 

@@ -200,6 +200,10 @@ def main(argv: list[str] | None = None) -> None:
     from fedcure_app.runtime.tracing import set_role, trace_flower_log
 
     set_role("supernode")
+    # before Flower is imported: its unused SQL object store (SQLAlchemy, Alembic) stays out
+    from fedcure_app.flower.lazy_sql import defer_sql_object_store
+
+    defer_sql_object_store()
     trace_flower_log()  # FEDCURE_TRACE_DIR: Flower's receive/send log lines become events
     from client.wake import writer_from_env
 

@@ -15,6 +15,8 @@ Units throughout: frequencies in GHz, times in seconds, sizes in bytes, link rat
 (10⁶ bit/s), work in CPU cycles, energy in joules.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from fedcure_app.devices.cgroup import (
     CgroupCpuBandwidth,
     CgroupError,
@@ -36,17 +38,6 @@ from fedcure_app.devices.cpufreq import (
     make_actuator,
     probe_device,
 )
-from fedcure_app.devices.latency import (
-    PopulationArrays,
-    access_caps,
-    client_round_seconds,
-    coalition_seconds,
-    compute_seconds,
-    edge_round_seconds,
-    energy_joules,
-    jitter_factor,
-    transfer_seconds,
-)
 from fedcure_app.devices.profiles import (
     DEFAULT_DRAW,
     KERNEL_EFFICIENCY,
@@ -59,6 +50,36 @@ from fedcure_app.devices.profiles import (
     parse_profile,
     sample_population,
 )
+
+if TYPE_CHECKING:
+    from fedcure_app.devices.latency import (
+        PopulationArrays,
+        access_caps,
+        client_round_seconds,
+        coalition_seconds,
+        compute_seconds,
+        edge_round_seconds,
+        energy_joules,
+        jitter_factor,
+        transfer_seconds,
+    )
+
+#: names of :mod:`~fedcure_app.devices.latency` (the one module that needs NumPy), imported on
+#: first use so that the client role, which reads profiles and drives actuators, loads no NumPy
+_LATENCY_NAMES = frozenset({
+    "PopulationArrays", "access_caps", "client_round_seconds", "coalition_seconds",
+    "compute_seconds", "edge_round_seconds", "energy_joules", "jitter_factor",
+    "transfer_seconds",
+})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LATENCY_NAMES:
+        from fedcure_app.devices import latency
+
+        return getattr(latency, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "ACTUATOR_KINDS", "CgroupCpuBandwidth", "CgroupError", "calibrate_host",

@@ -21,8 +21,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-import numpy as np
-
 from fedcure_app.devices.profiles import DeviceProfile
 
 #: The package's logger name, as users see it (README quotes its cpufreq fallback warning).
@@ -130,28 +128,28 @@ class SysfsCpufreq:
             raise CpufreqError(errno.ENOENT, f"no cpufreq support under {self.root}")
         self.cpus: tuple[int, ...] = tuple(int(c) for c in cpus)
         self._dirs = {c: found[c] for c in self.cpus}
-        self._available_khz: dict[int, np.ndarray | None] = {}
+        self._available_khz: dict[int, tuple[int, ...] | None] = {}
         self._range_khz: dict[int, tuple[int, int]] = {}
         for c, d in self._dirs.items():
             avail = _read_str(d / "scaling_available_frequencies")
             freqs = None
             if avail:
                 try:
-                    freqs = np.array(sorted({int(v) for v in avail.split()}), dtype=np.int64)
+                    freqs = tuple(sorted({int(v) for v in avail.split()}))
                 except ValueError:
                     raise CpufreqError(
                         errno.EINVAL, f"cannot parse {d / 'scaling_available_frequencies'}"
                     ) from None
             lo = _read_int(d / "cpuinfo_min_freq")
             hi = _read_int(d / "cpuinfo_max_freq")
-            if freqs is not None and freqs.size:
-                lo, hi = int(freqs[0]), int(freqs[-1])
+            if freqs:
+                lo, hi = freqs[0], freqs[-1]
             elif lo is None or hi is None:
                 raise CpufreqError(
                     errno.ENOENT,
                     f"{d}: neither scaling_available_frequencies nor cpuinfo_min/max_freq readable",
                 )
-            self._available_khz[c] = freqs if freqs is not None and freqs.size else None
+            self._available_khz[c] = freqs or None
             self._range_khz[c] = (lo, hi)
         #: cpu -> the value last written to scaling_max_freq (kHz)
         self.written_khz: dict[int, int] = {}
@@ -169,7 +167,7 @@ class SysfsCpufreq:
     def available_ghz(self, cpu: int) -> list[float] | None:
         """The discrete frequencies of ``cpu`` (GHz), or None when it takes any value in range."""
         freqs = self._available_khz[cpu]
-        return None if freqs is None else [int(f) / 1e6 for f in freqs]
+        return None if freqs is None else [f / 1e6 for f in freqs]
 
     def target_khz(self, cpu: int, f_ghz: float) -> int:
         """The value (kHz) that :meth:`apply` writes for ``cpu`` given ``f_ghz``."""
@@ -178,7 +176,7 @@ class SysfsCpufreq:
         if freqs is None:
             lo, hi = self._range_khz[cpu]
             return int(min(hi, max(lo, round(want))))
-        return int(freqs[int(np.argmin(np.abs(freqs - want)))])
+        return min(freqs, key=lambda f: abs(f - want))  # the first of two equally near
 
     def apply(self, f_ghz: float) -> float:
         """Write the nearest available frequency to every CPU's ``scaling_max_freq``.

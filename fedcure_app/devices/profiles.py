@@ -33,7 +33,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 
@@ -201,6 +200,8 @@ def sample_population(
             f"unknown device preset(s) {', '.join(map(repr, unknown))}; "
             f"choose from {', '.join(PRESETS)}"
         )
+    import numpy as np  # here: the client role reads profiles without NumPy
+
     w = np.asarray(weights, dtype=np.float64)
     if w.size == 0 or np.any(~np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
         raise ValueError(

@@ -24,11 +24,12 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from fedcure_app.devices import DeviceProfile, parse_profile
+
+if TYPE_CHECKING:
+    import numpy as np
 
 FORMAT = "fedcure-node-data/1"
 
@@ -56,11 +57,15 @@ class NodeData:
     @property
     def label_counts(self) -> np.ndarray:
         """Samples per class, (num_classes,) int64."""
+        import numpy as np
+
         return np.bincount(self.y, minlength=self.num_classes).astype(np.int64)
 
 
 def save_node_data(path: str | Path, data: NodeData) -> Path:
     """Write ``data`` atomically to ``path`` (an ``.npz``); return the path."""
+    import numpy as np
+
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     meta = {
@@ -81,6 +86,8 @@ def save_node_data(path: str | Path, data: NodeData) -> Path:
 
 def load_node_data(path: str | Path) -> NodeData:
     """Read a node data file; :class:`NodeDataError` when missing or malformed."""
+    import numpy as np
+
     p = Path(path)
     try:
         with np.load(p, allow_pickle=False) as z:

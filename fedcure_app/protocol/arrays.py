@@ -37,6 +37,8 @@ from typing import Any
 
 import numpy as np
 
+from fedcure_app.protocol.errors import CodecError
+
 FORMAT_NAME = "fedcure-arrays/1"
 _MAX_HEADER = 100 * 1024 * 1024
 #: most dimensions one tensor may have (numpy's own limit is 64)
@@ -60,10 +62,6 @@ _DTYPES: dict[str, np.dtype] = {
     "BOOL": np.dtype("?"),
 }
 _CODES: dict[tuple[str, int], str] = {(d.kind, d.itemsize): code for code, d in _DTYPES.items()}
-
-
-class CodecError(ValueError):
-    """A model buffer or message that cannot be decoded, phrased as one actionable line."""
 
 
 def tensor_key(index: int) -> str:

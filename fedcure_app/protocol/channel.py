@@ -17,7 +17,7 @@ from typing import Any
 
 import grpc
 
-from fedcure_app.protocol.codec import GRPC_OPTIONS
+from fedcure_app.protocol.wire import GRPC_OPTIONS
 
 log = logging.getLogger("fedcure.channel")
 

@@ -1,7 +1,8 @@
 """Conversions between FedCure's value types and their protobuf messages (``cloud.proto``).
 
 - :class:`~fedcure_app.devices.DeviceProfile` ↔ ``DeviceProfile``
-  (:func:`profile_to_proto` / :func:`profile_from_proto`, which validates);
+  (:func:`profile_to_proto` / :func:`profile_from_proto`, which validates; they live in
+  :mod:`fedcure_app.protocol.profiles`, which the client role imports without NumPy);
 - :class:`~fedcure_app.tasks.EdgeTask` ↔ ``Task`` (:func:`task_to_proto`, :func:`task_to_wire`,
   :func:`task_from_proto`);
 - :class:`~fedcure_app.tasks.ClientReport` ↔ ``ClientStat`` (:func:`report_to_proto` /
@@ -12,52 +13,16 @@
 Models travel in the :mod:`fedcure_app.protocol.arrays` format; the ``*_to_wire`` variants
 return a :class:`~fedcure_app.protocol.wire.WithModel` (model beside the message, no extra
 copy), and the ``*_from_proto`` ones accept either form. Units are those of the value types
-(seconds, GHz, Mbit/s). Invalid input raises :class:`~fedcure_app.protocol.arrays.CodecError`.
+(seconds, GHz, Mbit/s). Invalid input raises :class:`~fedcure_app.protocol.errors.CodecError`.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from fedcure_app.devices import DeviceProfile, ProfileError, parse_profile
 from fedcure_app.protocol import cloud_pb2 as pb
-from fedcure_app.protocol.arrays import CodecError, decode_arrays, encode_arrays, encode_parts
+from fedcure_app.protocol.arrays import decode_arrays, encode_arrays, encode_parts
+from fedcure_app.protocol.profiles import profile_from_proto, profile_to_proto
 from fedcure_app.protocol.wire import WithModel, unwrap
 from fedcure_app.tasks import ClientReport, EdgeResult, EdgeTask
-
-
-# ------------------------------------------------------------------------------ device profiles
-def profile_to_proto(profile: DeviceProfile) -> pb.DeviceProfile:
-    """A :class:`DeviceProfile` as its proto message."""
-    return pb.DeviceProfile(
-        name=profile.name,
-        f_min_ghz=profile.f_min_ghz,
-        f_max_ghz=profile.f_max_ghz,
-        cycles_per_sample=dict(profile.cycles_per_sample),
-        uplink_mbps=profile.uplink_mbps,
-        downlink_mbps=profile.downlink_mbps,
-        kappa=profile.kappa,
-        jitter=profile.jitter,
-    )
-
-
-def profile_from_proto(msg: pb.DeviceProfile) -> DeviceProfile:
-    """The validated :class:`DeviceProfile` of a proto message (:class:`CodecError` if invalid)."""
-    data: dict[str, Any] = {
-        "name": msg.name,
-        "f_min_ghz": msg.f_min_ghz,
-        "f_max_ghz": msg.f_max_ghz,
-        "cycles_per_sample": dict(msg.cycles_per_sample),
-        "uplink_mbps": msg.uplink_mbps,
-        "downlink_mbps": msg.downlink_mbps,
-        "kappa": msg.kappa,
-    }
-    if msg.HasField("jitter"):
-        data["jitter"] = msg.jitter
-    try:
-        return parse_profile(data)
-    except ProfileError as err:
-        raise CodecError(f"invalid device profile: {err}") from None
 
 
 # ------------------------------------------------------------------------------ tasks

@@ -11,7 +11,7 @@ and the edge's :class:`EdgeLinkClient` use it, so a model is copied once into th
 when sent and parsed as a zero-copy view when received. The bytes on the wire are ordinary
 protobuf (the model is the length-delimited field :data:`TASK_MODEL_FIELD` /
 :data:`SUBMIT_MODEL_FIELD`, appended after the rest of the message): plain generated stubs
-interoperate. Malformed wire bytes raise :class:`~fedcure_app.protocol.arrays.CodecError`.
+interoperate. Malformed wire bytes raise :class:`~fedcure_app.protocol.errors.CodecError`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fedcure_app.protocol import cloud_pb2 as pb
-from fedcure_app.protocol.arrays import CodecError
+from fedcure_app.protocol.errors import CodecError
 
 #: Largest gRPC message (bytes) sent or received: a model plus its envelope.
 MAX_MESSAGE_BYTES = 512 * 1024 * 1024

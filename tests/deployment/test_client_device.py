@@ -36,6 +36,29 @@ def test_relay_processes_load_neither_torch_nor_scipy() -> None:
     assert not got["torch"] and not got["scipy"] and not got["sklearn"]
 
 
+def test_the_client_role_loads_no_numpy(tmp_path: Path) -> None:
+    """The long-lived role relays: it registers its profile and watches its children without
+    NumPy (its partition is cut in a child process, :mod:`client.partition`)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    code = ("import sys\nsys.modules['numpy'] = None  # any import of NumPy fails\n"
+            "import client.cli, client.partition, client.association, client.children\n"
+            "import client.device, client.executor, client.wake\n"
+            "import fedcure_app.flower.node_data, fedcure_app.runtime.processes\n"
+            "import fedcure_app.protocol.channel, fedcure_app.protocol.cloud_pb2_grpc\n"
+            "import fedcure_app.protocol.profiles, fedcure_app.config\n"
+            "from fedcure_app.devices import make_actuator, parse_profile, remove_cgroups\n"
+            "from fedcure_app.flower.node_data import read_applied\n"
+            "print('ok')\n"
+            # and the role itself, until it finds no cloud (port 9 is closed)
+            "from client.cli import main\n"
+            "sys.exit(main(['--cloud', '127.0.0.1:9', '--insecure', '--connect-timeout', '0.5',"
+            " '--name', 'n', '--work-dir', sys.argv[1]]))")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "work")],
+                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    assert out.stdout.strip() == "ok", out.stderr[-2000:]
+    assert out.returncode == 1 and "cannot reach the cloud" in out.stderr, out.stderr[-2000:]
+
+
 def test_trainer_loads_no_scipy_and_training_loads_no_compiler_stack() -> None:
     """The trainer's ClientApp needs torch and flwr only; a training step (plain SGD) does not
     pull torch.optim's compiler stack (sympy)."""

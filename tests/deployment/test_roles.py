@@ -331,3 +331,34 @@ def test_edge_servers_serve_a_whole_run_against_the_cloud(cleanup, tmp_path: Pat
     ell, k = cfg.method.ell, cfg.method.k
     for rec in result["records"]:
         assert rec["xi"] == pytest.approx(ell * k ** rec["staleness"])
+
+
+# ------------------------------------------------------------------------------ partition child
+def test_the_partition_cut_in_a_child_equals_the_one_cut_in_process(tmp_path: Path):
+    """``cut_partition`` (a child process) writes the node data file build_node_data gives and
+    reports its sample count, label counts, initial ES and device profile."""
+    from client.partition import cut_partition
+
+    cfg = apply_flat(FedCureConfig(), {"dataset": "digits", "num-clients": 4, "num-edges": 2})
+    want, home = build_node_data(cfg, 2, "dev-2")
+    got = cut_partition(cfg, 2, "dev-2", tmp_path / "node.npz")
+    held = load_node_data(got.data_file)
+    assert np.array_equal(held.x, want.x) and np.array_equal(held.y, want.y)
+    assert held.client_name == "dev-2" and held.partition_id == 2
+    assert got.samples == len(want.y)
+    assert got.label_counts == want.label_counts.tolist()
+    assert got.home == home and got.profile == want.profile == held.profile
+
+
+def test_the_partition_child_reports_its_failure_as_the_error_it_was(tmp_path: Path):
+    """A dataset that is not there is a DatasetError of one line naming it, as in process."""
+    from client.partition import cut_partition
+    from fedcure_app.data.errors import DatasetError
+
+    cfg = apply_flat(FedCureConfig(), {"dataset": "mnist", "num-clients": 4, "num-edges": 2,
+                                       "data-dir": str(tmp_path / "nowhere")})
+    with pytest.raises(DatasetError) as err:
+        cut_partition(cfg, 0, "dev-0", tmp_path / "node.npz")
+    assert "\n" not in str(err.value) and "mnist" in str(err.value).lower()
+    assert not (tmp_path / "node.npz").exists()
+    assert not list(tmp_path.glob(".partition-config-*"))  # its config file is cleaned up

@@ -1,0 +1,124 @@
+"""The client's partition, cut in a child process so that the long-lived role stays small.
+
+Cutting a partition reads the whole dataset (MNIST: 47 MB of pixels), the NumPy arrays of the
+partition and the dataset readers. Done in ``fedcure-client`` itself, that memory, and NumPy's,
+would stay with a process that afterwards only relays (about 10 MB PSS kept, 97 MB at the cut on
+MNIST; ``bench/footprint.py``). :func:`cut_partition` runs::
+
+    python -m client.partition --config FILE --index I --name NAME --out node-data.npz
+
+which computes exactly what ``fedcure simulate`` gives partition ``I``
+(:func:`client.association.build_node_data`), writes the node data file and prints one JSON line
+(:class:`Partition`: samples, label counts, initial ES, device profile). A failure is one line
+on its standard error, which :func:`cut_partition` raises as the error it was (a
+:class:`~client.association.ClientError` for an empty partition, a
+:class:`~fedcure_app.data.errors.DatasetError` for missing or unreadable data).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+#: exit codes of the child: the error classes :func:`cut_partition` raises again
+EXIT_CLIENT, EXIT_DATASET = 3, 4
+
+
+@dataclass(frozen=True)
+class Partition:
+    """What the role needs of its partition: sample count, samples per class, initial ES
+    (edge index) and device profile; the samples themselves are in ``data_file``."""
+
+    data_file: Path
+    samples: int
+    label_counts: list[int]
+    home: int
+    profile: Any  # fedcure_app.devices.DeviceProfile
+
+
+def cut_partition(cfg: Any, index: int, name: str, out: Path, timeout_s: float = 1800.0
+                  ) -> Partition:
+    """Partition ``index`` of ``cfg``'s dataset, written to ``out`` by a child process
+    (seconds: ``timeout_s`` for the child)."""
+    from fedcure_app.devices import parse_profile
+
+    from client.association import ClientError
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", suffix=".json", dir=out.parent,
+                                     prefix=".partition-config-", delete=False) as f:
+        json.dump(cfg.model_dump(mode="json"), f)
+        config_file = Path(f.name)
+    root = str(Path(__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (root, os.environ.get("PYTHONPATH", "")) if p))
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "client.partition", "--config", str(config_file),
+             "--index", str(index), "--name", name, "--out", str(out)],
+            capture_output=True, text=True, env=env, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        raise ClientError(f"cutting partition {index} took more than {timeout_s:.0f} s"
+                          ) from None
+    finally:
+        config_file.unlink(missing_ok=True)
+    if proc.returncode != 0:
+        lines = proc.stderr.strip().splitlines()
+        why = lines[-1] if lines else f"exit code {proc.returncode}"
+        if proc.returncode == EXIT_DATASET:
+            # imported only here: the data package loads NumPy, which the role otherwise never
+            from fedcure_app.data.errors import DatasetError
+
+            raise DatasetError(why)
+        if proc.returncode == EXIT_CLIENT:
+            raise ClientError(why)
+        raise ClientError(f"cutting partition {index} failed: {why}")
+    reply = json.loads(proc.stdout.strip().splitlines()[-1])
+    return Partition(data_file=out, samples=int(reply["samples"]),
+                     label_counts=[int(c) for c in reply["label_counts"]],
+                     home=int(reply["home"]), profile=parse_profile(reply["profile"]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The child: cut, write, print the :class:`Partition` facts as one JSON line."""
+    p = argparse.ArgumentParser(prog="python -m client.partition",
+                                description="Cut one client's partition into a node data file.")
+    p.add_argument("--config", required=True, help="the run's configuration (JSON file)")
+    p.add_argument("--index", required=True, type=int, help="partition index")
+    p.add_argument("--name", required=True, help="the client's name (kept in the file)")
+    p.add_argument("--out", required=True, help="node data file to write (.npz)")
+    args = p.parse_args(argv)
+    from fedcure_app.config import build_config
+    from fedcure_app.data.errors import DatasetError
+    from fedcure_app.flower.node_data import save_node_data
+
+    from client.association import ClientError, build_node_data
+
+    try:
+        cfg = build_config(json.loads(Path(args.config).read_text()))
+        data, home = build_node_data(cfg, args.index, args.name)
+        save_node_data(args.out, data)
+    except ClientError as err:
+        print(err, file=sys.stderr)
+        return EXIT_CLIENT
+    except DatasetError as err:
+        print(err, file=sys.stderr)
+        return EXIT_DATASET
+    except (OSError, ValueError) as err:
+        print(f"{type(err).__name__}: {err}", file=sys.stderr)
+        return 1
+    print(json.dumps({"samples": int(len(data.y)),
+                      "label_counts": data.label_counts.tolist(), "home": home,
+                      "profile": data.profile.model_dump(mode="json")}))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
