@@ -209,7 +209,9 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
                       work / SUPERNODE_ARGV_FILE):
             stale.unlink(missing_ok=True)
         # in a child process: the dataset and NumPy never enter this long-lived one
-        data = cut_partition(cfg, index, name, work / "node-data.npz")
+        data = cut_partition(cfg, index, name, work / "node-data.npz", stop=stop)
+        if data is None:  # asked to stop meanwhile
+            return 0
         data_file, home = data.data_file, data.home
         log.info("client %r holds partition %d of %d (%s, %d samples, label counts %s, "
                  "initial edge %d, device %s)", name, index, reply.num_partitions,

@@ -23,6 +23,8 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,10 +45,11 @@ class Partition:
     profile: Any  # fedcure_app.devices.DeviceProfile
 
 
-def cut_partition(cfg: Any, index: int, name: str, out: Path, timeout_s: float = 1800.0
-                  ) -> Partition:
+def cut_partition(cfg: Any, index: int, name: str, out: Path, timeout_s: float = 1800.0,
+                  stop: threading.Event | None = None) -> Partition | None:
     """Partition ``index`` of ``cfg``'s dataset, written to ``out`` by a child process
-    (seconds: ``timeout_s`` for the child)."""
+    (seconds: ``timeout_s`` for the child); None when ``stop`` is set first (SIGTERM: the child
+    is stopped; it writes the file atomically, so none is left half-written)."""
     from fedcure_app.devices import parse_profile
 
     from client.association import ClientError
@@ -59,18 +62,34 @@ def cut_partition(cfg: Any, index: int, name: str, out: Path, timeout_s: float =
     root = str(Path(__file__).resolve().parents[1])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         p for p in (root, os.environ.get("PYTHONPATH", "")) if p))
+    stop = stop if stop is not None else threading.Event()
     try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "client.partition", "--config", str(config_file),
-             "--index", str(index), "--name", name, "--out", str(out)],
-            capture_output=True, text=True, env=env, timeout=timeout_s, check=False)
-    except subprocess.TimeoutExpired:
-        raise ClientError(f"cutting partition {index} took more than {timeout_s:.0f} s"
-                          ) from None
+        with tempfile.TemporaryFile("w+") as stdout, tempfile.TemporaryFile("w+") as stderr:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "client.partition", "--config", str(config_file),
+                 "--index", str(index), "--name", name, "--out", str(out)],
+                stdout=stdout, stderr=stderr, text=True, env=env)
+            end = time.monotonic() + timeout_s
+            while proc.poll() is None:
+                if stop.is_set() or time.monotonic() > end:
+                    proc.terminate()
+                    try:
+                        proc.wait(5.0)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                        proc.wait()
+                    if stop.is_set():
+                        return None
+                    raise ClientError(f"cutting partition {index} took more than "
+                                      f"{timeout_s:.0f} s")
+                stop.wait(0.05)
+            stdout.seek(0)
+            stderr.seek(0)
+            out_text, err_text = stdout.read(), stderr.read()
     finally:
         config_file.unlink(missing_ok=True)
     if proc.returncode != 0:
-        lines = proc.stderr.strip().splitlines()
+        lines = err_text.strip().splitlines()
         why = lines[-1] if lines else f"exit code {proc.returncode}"
         if proc.returncode == EXIT_DATASET:
             # imported only here: the data package loads NumPy, which the role otherwise never
@@ -80,7 +99,7 @@ def cut_partition(cfg: Any, index: int, name: str, out: Path, timeout_s: float =
         if proc.returncode == EXIT_CLIENT:
             raise ClientError(why)
         raise ClientError(f"cutting partition {index} failed: {why}")
-    reply = json.loads(proc.stdout.strip().splitlines()[-1])
+    reply = json.loads(out_text.strip().splitlines()[-1])
     return Partition(data_file=out, samples=int(reply["samples"]),
                      label_counts=[int(c) for c in reply["label_counts"]],
                      home=int(reply["home"]), profile=parse_profile(reply["profile"]))

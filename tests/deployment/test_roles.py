@@ -362,3 +362,20 @@ def test_the_partition_child_reports_its_failure_as_the_error_it_was(tmp_path: P
     assert "\n" not in str(err.value) and "mnist" in str(err.value).lower()
     assert not (tmp_path / "node.npz").exists()
     assert not list(tmp_path.glob(".partition-config-*"))  # its config file is cleaned up
+
+
+def test_a_stop_request_ends_the_partition_child(tmp_path: Path):
+    """A role asked to stop (SIGTERM) while its partition is cut stops the child and goes on
+    to exit: no data file, no configuration file left."""
+    import time
+
+    from client.partition import cut_partition
+
+    cfg = apply_flat(FedCureConfig(), {"dataset": "digits", "num-clients": 4, "num-edges": 2})
+    stop = threading.Event()
+    stop.set()
+    t0 = time.monotonic()
+    assert cut_partition(cfg, 0, "dev-0", tmp_path / "node.npz", stop=stop) is None
+    assert time.monotonic() - t0 < 10
+    assert not (tmp_path / "node.npz").exists()
+    assert not list(tmp_path.glob(".partition-config-*"))
