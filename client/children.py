@@ -1,6 +1,8 @@
 """The processes ``fedcure-client`` starts and stops: its SuperNode (Flower's, or
 :mod:`client.supernode` prestarted before registration) and its warm executor
-(:mod:`client.executor`), with the files through which it hands them their arguments."""
+(:mod:`client.executor`), with the files through which it hands them their arguments, and
+the one-shot children that print one JSON line (:func:`json_child`: the partition cut, the
+training-rate probe)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,49 @@ from pathlib import Path
 from typing import Any
 
 log = logging.getLogger("fedcure.client")
+
+
+class ChildFailed(RuntimeError):
+    """A one-shot child exited non-zero: its ``returncode`` and the last line of its standard
+    error (``tail``)."""
+
+    def __init__(self, returncode: int, tail: str) -> None:
+        super().__init__(tail)
+        self.returncode, self.tail = returncode, tail
+
+
+def json_child(argv: list[str], timeout_s: float, stop: threading.Event | None = None
+               ) -> Any:
+    """Run ``argv`` and return the JSON value on the last line of its standard output; None
+    when ``stop`` is set first (the child is stopped: SIGTERM, SIGKILL 5 s later).
+    :class:`ChildFailed` when it exits non-zero, :class:`subprocess.TimeoutExpired` after
+    ``timeout_s`` seconds (the child is stopped then too)."""
+    import subprocess
+    import tempfile
+
+    stop = stop if stop is not None else threading.Event()
+    with tempfile.TemporaryFile("w+") as stdout, tempfile.TemporaryFile("w+") as stderr:
+        proc = subprocess.Popen(argv, stdout=stdout, stderr=stderr, text=True)
+        end = time.monotonic() + timeout_s
+        while proc.poll() is None:
+            if stop.is_set() or time.monotonic() > end:
+                proc.terminate()
+                try:
+                    proc.wait(5.0)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+                if stop.is_set():
+                    return None
+                raise subprocess.TimeoutExpired(argv, timeout_s)
+            stop.wait(0.05)
+        stdout.seek(0)
+        stderr.seek(0)
+        out, err = stdout.read(), stderr.read()
+    if proc.returncode != 0:
+        tail = (err.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
+        raise ChildFailed(proc.returncode, tail)
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def supernode_argv(edge_address: str, port: int, client_id: int, cpufreq: str,

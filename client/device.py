@@ -53,16 +53,16 @@ def measure_rate(dataset: str, device: str, batch_size: int = 32, timeout_s: flo
     """:func:`client.rate.samples_per_s` of the dataset's model on ``device``, run in a child
     (it loads torch, which this process never does): ``{"dataset", "device", "batch_size",
     "samples_per_s"}``. Raises RuntimeError (one line) when the child fails."""
+    from client.children import ChildFailed, json_child
+
     argv = [sys.executable, "-m", "client.rate", "--dataset", dataset, "--device", device,
             "--batch-size", str(int(batch_size))]
     try:
-        res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+        return json_child(argv, timeout_s)
     except subprocess.TimeoutExpired:
         raise RuntimeError(f"measuring the training rate took over {timeout_s:.0f} s") from None
-    if res.returncode != 0:
-        tail = (res.stderr.strip().splitlines() or ["no output"])[-1]
-        raise RuntimeError(f"measuring the training rate failed: {tail}")
-    return json.loads(res.stdout.strip().splitlines()[-1])
+    except ChildFailed as err:
+        raise RuntimeError(f"measuring the training rate failed: {err.tail}") from None
 
 
 def probe(cpu_root: str | None = None, dataset: str | None = None, device: str = "cpu",

@@ -19,12 +19,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,53 +51,33 @@ def cut_partition(cfg: Any, index: int, name: str, out: Path, timeout_s: float =
     from fedcure_app.devices import parse_profile
 
     from client.association import ClientError
+    from client.children import ChildFailed, json_child
 
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile("w", suffix=".json", dir=out.parent,
                                      prefix=".partition-config-", delete=False) as f:
         json.dump(cfg.model_dump(mode="json"), f)
         config_file = Path(f.name)
-    root = str(Path(__file__).resolve().parents[1])
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (root, os.environ.get("PYTHONPATH", "")) if p))
-    stop = stop if stop is not None else threading.Event()
     try:
-        with tempfile.TemporaryFile("w+") as stdout, tempfile.TemporaryFile("w+") as stderr:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "client.partition", "--config", str(config_file),
-                 "--index", str(index), "--name", name, "--out", str(out)],
-                stdout=stdout, stderr=stderr, text=True, env=env)
-            end = time.monotonic() + timeout_s
-            while proc.poll() is None:
-                if stop.is_set() or time.monotonic() > end:
-                    proc.terminate()
-                    try:
-                        proc.wait(5.0)
-                    except subprocess.TimeoutExpired:
-                        proc.kill()
-                        proc.wait()
-                    if stop.is_set():
-                        return None
-                    raise ClientError(f"cutting partition {index} took more than "
-                                      f"{timeout_s:.0f} s")
-                stop.wait(0.05)
-            stdout.seek(0)
-            stderr.seek(0)
-            out_text, err_text = stdout.read(), stderr.read()
-    finally:
-        config_file.unlink(missing_ok=True)
-    if proc.returncode != 0:
-        lines = err_text.strip().splitlines()
-        why = lines[-1] if lines else f"exit code {proc.returncode}"
-        if proc.returncode == EXIT_DATASET:
+        reply = json_child([sys.executable, "-m", "client.partition", "--config",
+                            str(config_file), "--index", str(index), "--name", name,
+                            "--out", str(out)], timeout_s, stop)
+    except subprocess.TimeoutExpired:
+        raise ClientError(f"cutting partition {index} took more than {timeout_s:.0f} s"
+                          ) from None
+    except ChildFailed as err:
+        if err.returncode == EXIT_DATASET:
             # imported only here: the data package loads NumPy, which the role otherwise never
             from fedcure_app.data.errors import DatasetError
 
-            raise DatasetError(why)
-        if proc.returncode == EXIT_CLIENT:
-            raise ClientError(why)
-        raise ClientError(f"cutting partition {index} failed: {why}")
-    reply = json.loads(out_text.strip().splitlines()[-1])
+            raise DatasetError(err.tail) from None
+        if err.returncode == EXIT_CLIENT:
+            raise ClientError(err.tail) from None
+        raise ClientError(f"cutting partition {index} failed: {err.tail}") from None
+    finally:
+        config_file.unlink(missing_ok=True)
+    if reply is None:
+        return None
     return Partition(data_file=out, samples=int(reply["samples"]),
                      label_counts=[int(c) for c in reply["label_counts"]],
                      home=int(reply["home"]), profile=parse_profile(reply["profile"]))

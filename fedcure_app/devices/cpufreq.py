@@ -26,8 +26,12 @@ from fedcure_app.devices.profiles import DeviceProfile
 #: The package's logger name, as users see it (README quotes its cpufreq fallback warning).
 logger = logging.getLogger("fedcure_app.devices")
 
-
 DEFAULT_CPU_ROOT = "/sys/devices/system/cpu"
+
+
+def nearest(available: Sequence[int], want: float) -> int:
+    """The value of ``available`` (kHz or Hz) nearest ``want``; the lower of two equally near."""
+    return min(available, key=lambda v: (abs(v - want), v))
 
 
 class CpufreqError(OSError):
@@ -176,7 +180,7 @@ class SysfsCpufreq:
         if freqs is None:
             lo, hi = self._range_khz[cpu]
             return int(min(hi, max(lo, round(want))))
-        return min(freqs, key=lambda f: abs(f - want))  # the first of two equally near
+        return nearest(freqs, want)
 
     def apply(self, f_ghz: float) -> float:
         """Write the nearest available frequency to every CPU's ``scaling_max_freq``.

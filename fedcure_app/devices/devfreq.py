@@ -16,7 +16,12 @@ import logging
 import math
 from pathlib import Path
 
-from fedcure_app.devices.cpufreq import CpufreqError, CpufreqPermissionError, _write_sysfs
+from fedcure_app.devices.cpufreq import (
+    CpufreqError,
+    CpufreqPermissionError,
+    _write_sysfs,
+    nearest,
+)
 
 logger = logging.getLogger("fedcure_app.devices")
 
@@ -66,7 +71,7 @@ class SysfsDevfreq:
         frac = 1.0 if span == 0 else min(1.0, max(0.0, (f - self.f_min_ghz) / span))
         lo, hi = self.available_hz[0], self.available_hz[-1]
         want = lo + frac * (hi - lo)
-        return min(self.available_hz, key=lambda v: (abs(v - want), v))
+        return nearest(self.available_hz, want)
 
     def apply(self, f_ghz: float) -> int:
         """Pin ``min_freq`` and ``max_freq`` to :meth:`target_hz`; the frequency applied (Hz).
