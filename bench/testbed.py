@@ -133,7 +133,10 @@ def run(kind: str, method: str, cfg_file: Path, prof_file: Path, host: float, ou
     if done.returncode != 0 or not result.is_file():
         print((done.stderr.strip().splitlines() or ["no output"])[-1], file=sys.stderr)
         return None
-    return json.loads(result.read_text())
+    out = json.loads(result.read_text())
+    for w in out.get("warnings", []):  # e.g. a busy host, or quotas that do not fit it
+        print(f"{kind} {method} warned: {w.get('detail', w)}", file=sys.stderr, flush=True)
+    return out
 
 
 def calibrate_overhead(args: argparse.Namespace, out: Path, host: float) -> tuple[float, int]:

@@ -254,6 +254,8 @@ class NamespaceSite(Site):
         self.prefix = run_prefix(args.prefix, os.getpid())
         self.plan: Any = None
         self.host_sps: float | None = None
+        #: cores other processes kept busy before the start (None: not measured)
+        self.busy_cores: float | None = None
         self.profiles: list[Any] = []
         self.scaling: Any = None
         self.proxy: Any = None
@@ -268,11 +270,18 @@ class NamespaceSite(Site):
         mix = None if self.args.profiles else parse_mix(self.args.mix)
         self.profiles = client_profiles(cfg, mix, self.args.profiles)
         if self.args.cpufreq == "cgroup":
+            from fedcure_app.testbed.hostload import measure_busy_cores
+
+            self.busy_cores = measure_busy_cores(os.cpu_count() or 1)
+            if self.busy_cores is not None:
+                log.info("other processes keep %.2f of this host's %d cores busy",
+                         self.busy_cores, os.cpu_count() or 1)
             self.host_sps = self.args.host_samples_per_s or host_samples_per_s(cfg)
             log.info("this host trains %s at %.0f samples/s on one core", cfg.data.dataset,
                      self.host_sps)
             self.profiles = self._scale(cfg.data.dataset)
-            warn_oversubscribed(self.profiles, cfg.data.dataset, self.host_sps)
+            warn_oversubscribed(self.profiles, cfg.data.dataset, self.host_sps,
+                                busy_cores=self.busy_cores)
         path = out / "profiles.json"
         path.write_text(json.dumps([p.model_dump(mode="json") for p in self.profiles],
                                    indent=1))
@@ -373,6 +382,7 @@ class NamespaceSite(Site):
         plan, sc = self.plan, self.scaling
         return {
             "prefix": self.prefix, "host_samples_per_s": self.host_sps,
+            "busy_cores_before": self.busy_cores,
             "cpufreq": self.args.cpufreq,
             "scaling": None if sc is None else {
                 "factor": sc.factor, "client_cores": list(sc.cores),
@@ -399,21 +409,32 @@ def scaling_text(sc: Any, host_sps: float, host_cores: int) -> str:
 
 
 def warn_oversubscribed(profiles: list[Any], model: str, host_sps: float,
-                        host_cores: int | None = None) -> bool:
+                        host_cores: int | None = None, busy_cores: float | None = None) -> bool:
     """Warn (and return True) when the clients' quotas at f_max leave the roles less than
-    :data:`~fedcure_app.devices.cgroup.ROLE_RESERVE_CORES` of this host's cores."""
+    :data:`~fedcure_app.devices.cgroup.ROLE_RESERVE_CORES` of this host's cores, or, on a busy
+    host (``busy_cores``: cores other processes kept busy before the start, at least
+    :data:`~fedcure_app.testbed.hostload.BUSY_WARN_CORES`), of the cores those leave free."""
     from fedcure_app.devices.cgroup import ROLE_RESERVE_CORES, cores_asked, oversubscribed
+    from fedcure_app.testbed.hostload import is_busy
 
     cores = host_cores or os.cpu_count() or 1
     asked = cores_asked(profiles, model, host_sps)
-    if not oversubscribed(asked, cores):
-        return False
-    log.warning("the %d clients' CPU quotas add up to %.2f cores at f_max and this host has %d "
-                "(%.1f kept for the roles): coalitions that train at once will compute slower "
-                "than their profiles; use fewer or slower devices (--mix, --profiles) for "
-                "latencies true to the profiles", len(profiles), asked, cores,
-                ROLE_RESERVE_CORES)
-    return True
+    if oversubscribed(asked, cores):
+        log.warning("the %d clients' CPU quotas add up to %.2f cores at f_max and this host has "
+                    "%d (%.1f kept for the roles): coalitions that train at once will compute "
+                    "slower than their profiles; use fewer or slower devices (--mix, --profiles) "
+                    "for latencies true to the profiles", len(profiles), asked, cores,
+                    ROLE_RESERVE_CORES)
+        return True
+    if is_busy(busy_cores) and oversubscribed(asked, cores - float(busy_cores or 0.0)):
+        log.warning("this host is busy: other processes kept %.2f of its %d cores busy before "
+                    "the start, and the %d clients' CPU quotas (%.2f cores at f_max) with %.1f "
+                    "kept for the roles do not fit the %.2f left: the coalitions' latencies will "
+                    "not follow their profiles; stop the other work, or slow the devices "
+                    "(--client-cores) for latencies true to the profiles", busy_cores, cores,
+                    len(profiles), asked, ROLE_RESERVE_CORES, cores - float(busy_cores or 0.0))
+        return True
+    return False
 
 
 def check_testbed_inputs(args: argparse.Namespace) -> None:

@@ -131,7 +131,7 @@ def cores_asked(profiles: Sequence[DeviceProfile], model: str, host_sps: float) 
                for p in profiles)
 
 
-def oversubscribed(asked: float, host_cores: int,
+def oversubscribed(asked: float, host_cores: float,
                    reserve: float = ROLE_RESERVE_CORES) -> bool:
     """Whether quotas adding up to ``asked`` cores leave less than ``reserve`` cores of
     ``host_cores`` to the roles (SuperLinks, SuperNodes, edges, cloud): concurrent clients then
