@@ -270,7 +270,7 @@ class NamespaceSite(Site):
         mix = None if self.args.profiles else parse_mix(self.args.mix)
         self.profiles = client_profiles(cfg, mix, self.args.profiles)
         if self.args.cpufreq == "cgroup":
-            from fedcure_app.testbed.hostload import measure_busy_cores
+            from fedcure_app.testbed.hostload import measure_busy_cores, warn_oversubscribed
 
             self.busy_cores = measure_busy_cores(os.cpu_count() or 1)
             if self.busy_cores is not None:
@@ -408,35 +408,6 @@ def scaling_text(sc: Any, host_sps: float, host_cores: int) -> str:
             f"together (host {host_sps:.0f} samples/s on one core)")
 
 
-def warn_oversubscribed(profiles: list[Any], model: str, host_sps: float,
-                        host_cores: int | None = None, busy_cores: float | None = None) -> bool:
-    """Warn (and return True) when the clients' quotas at f_max leave the roles less than
-    :data:`~fedcure_app.devices.cgroup.ROLE_RESERVE_CORES` of this host's cores, or, on a busy
-    host (``busy_cores``: cores other processes kept busy before the start, at least
-    :data:`~fedcure_app.testbed.hostload.BUSY_WARN_CORES`), of the cores those leave free."""
-    from fedcure_app.devices.cgroup import ROLE_RESERVE_CORES, cores_asked, oversubscribed
-    from fedcure_app.testbed.hostload import is_busy
-
-    cores = host_cores or os.cpu_count() or 1
-    asked = cores_asked(profiles, model, host_sps)
-    if oversubscribed(asked, cores):
-        log.warning("the %d clients' CPU quotas add up to %.2f cores at f_max and this host has "
-                    "%d (%.1f kept for the roles): coalitions that train at once will compute "
-                    "slower than their profiles; use fewer or slower devices (--mix, --profiles) "
-                    "for latencies true to the profiles", len(profiles), asked, cores,
-                    ROLE_RESERVE_CORES)
-        return True
-    if is_busy(busy_cores) and oversubscribed(asked, cores - float(busy_cores or 0.0)):
-        log.warning("this host is busy: other processes kept %.2f of its %d cores busy before "
-                    "the start, and the %d clients' CPU quotas (%.2f cores at f_max) with %.1f "
-                    "kept for the roles do not fit the %.2f left: the coalitions' latencies will "
-                    "not follow their profiles; stop the other work, or slow the devices "
-                    "(--client-cores) for latencies true to the profiles", busy_cores, cores,
-                    len(profiles), asked, ROLE_RESERVE_CORES, cores - float(busy_cores or 0.0))
-        return True
-    return False
-
-
 def check_testbed_inputs(args: argparse.Namespace) -> None:
     """The testbed's own options (raises :class:`UsageError`), before anything is made."""
     from fedcure_app.devices import ProfileError, load_profiles
@@ -507,4 +478,4 @@ def run(args: argparse.Namespace) -> int:
 __all__ = ["DEFAULT_MIX", "NamespaceSite", "TESTBED_DEFAULTS", "TESTBED_MESSAGING",
            "apply_testbed_defaults", "messaging_defaults", "set_by_config",
            "client_cores_option", "client_profiles", "host_samples_per_s", "parse_mix",
-           "register", "run", "scaling_text", "warn_oversubscribed"]
+           "register", "run", "scaling_text"]

@@ -12,9 +12,13 @@ share it sees is the other processes'; ``fedcure testbed`` warns when they leave
 
 from __future__ import annotations
 
+import logging
+import os
 import time
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
+
+log = logging.getLogger(__name__)
 
 #: other processes keeping at least this many cores busy make a host "busy" (cores)
 BUSY_WARN_CORES = 0.25
@@ -87,5 +91,33 @@ def is_busy(busy: float | None) -> bool:
     return busy is not None and busy >= BUSY_WARN_CORES
 
 
+def warn_oversubscribed(profiles: list[Any], model: str, host_sps: float,
+                        host_cores: int | None = None, busy_cores: float | None = None) -> bool:
+    """Warn (and return True) when the clients' quotas at f_max leave the roles less than
+    :data:`~fedcure_app.devices.cgroup.ROLE_RESERVE_CORES` of this host's cores, or, on a busy
+    host (``busy_cores``: cores other processes kept busy before the start, at least
+    :data:`BUSY_WARN_CORES`), of the cores those leave free."""
+    from fedcure_app.devices.cgroup import ROLE_RESERVE_CORES, cores_asked, oversubscribed
+
+    cores = host_cores or os.cpu_count() or 1
+    asked = cores_asked(profiles, model, host_sps)
+    if oversubscribed(asked, cores):
+        log.warning("the %d clients' CPU quotas add up to %.2f cores at f_max and this host has "
+                    "%d (%.1f kept for the roles): coalitions that train at once will compute "
+                    "slower than their profiles; use fewer or slower devices (--mix, --profiles) "
+                    "for latencies true to the profiles", len(profiles), asked, cores,
+                    ROLE_RESERVE_CORES)
+        return True
+    if is_busy(busy_cores) and oversubscribed(asked, cores - float(busy_cores or 0.0)):
+        log.warning("this host is busy: other processes kept %.2f of its %d cores busy before "
+                    "the start, and the %d clients' CPU quotas (%.2f cores at f_max) with %.1f "
+                    "kept for the roles do not fit the %.2f left: the coalitions' latencies will "
+                    "not follow their profiles; stop the other work, or slow the devices "
+                    "(--client-cores) for latencies true to the profiles", busy_cores, cores,
+                    len(profiles), asked, ROLE_RESERVE_CORES, cores - float(busy_cores or 0.0))
+        return True
+    return False
+
+
 __all__ = ["BUSY_WARN_CORES", "CpuTimes", "busy_cores", "is_busy", "measure_busy_cores",
-           "parse_proc_stat"]
+           "parse_proc_stat", "warn_oversubscribed"]

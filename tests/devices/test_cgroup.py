@@ -91,7 +91,7 @@ def test_two_full_core_clients_oversubscribe_two_cores_but_two_half_cores_do_not
 
 
 def test_the_testbed_warns_when_the_device_mix_oversubscribes_the_host(caplog):
-    from fedcure_app.cli.testbed import warn_oversubscribed
+    from fedcure_app.testbed.hostload import warn_oversubscribed
 
     laptop, rpi4 = PRESETS["laptop"], PRESETS["rpi4"]
     host = predicted_samples_per_s(laptop, "mnist", laptop.f_max_ghz)  # a laptop: one core

@@ -80,7 +80,7 @@ def test_this_host_reads_as_between_idle_and_all_cores():
 
 
 def test_the_testbed_warns_when_other_work_leaves_too_few_cores_for_the_quotas(caplog):
-    from fedcure_app.cli.testbed import warn_oversubscribed
+    from fedcure_app.testbed.hostload import warn_oversubscribed
     from fedcure_app.devices.cgroup import predicted_samples_per_s
     from fedcure_app.devices import PRESETS
 
