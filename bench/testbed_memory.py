@@ -34,23 +34,22 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from footprint import ROOT, children_of, cmdline, comm, pss_bytes, tree  # noqa: E402
 
-#: (role, kind, what the table calls it, command-line needle), in table order; the first match
+#: (role, kind, what the table calls it, command-line needles), in table order; the first match
 #: wins. A trainer forked from its executor keeps the executor's command line but is named
 #: ``fedcure-trainer`` (client.forked), so it is told apart by that name.
-KINDS: tuple[tuple[str, str, str, str], ...] = (
-    ("client", "role", "`fedcure-client`", "client.cli"),
-    ("client", "role", "`fedcure-client`", "client.partition"),
-    ("client", "supernode", "its Flower SuperNode (`client.supernode`)", "client.supernode"),
-    ("client", "trainer", "its trainer (`client.trainer`, torch)", "client.trainer"),
-    ("client", "executor", "its executor (`client.executor`)", "client.executor"),
-    ("edge", "role", "`fedcure-edge`", "edge_server.cli"),
-    ("edge", "superlink", "its SuperLink", "flower-superlink"),
-    ("edge", "serverapp", "its ServerApp (`flwr-serverapp`)", "flwr-serverapp"),
-    ("edge", "superexec", "its SuperExec", "flower-superexec"),
-    ("cloud", "role", "`fedcure-cloud`", "cloud_server.cli"),
-    ("testbed", "monitor", "status monitor", "fedcure_app.testbed.monitor"),
-    ("testbed", "proxy", "live-view proxy", "fedcure_app.testbed.proxy"),
-    ("testbed", "testbed", "`fedcure testbed` itself", "fedcure_app.cli testbed"),
+KINDS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
+    ("client", "role", "`fedcure-client`", ("client.cli", "client.partition")),
+    ("client", "supernode", "its Flower SuperNode (`client.supernode`)", ("client.supernode",)),
+    ("client", "trainer", "its trainer (`client.trainer`, torch)", ("client.trainer",)),
+    ("client", "executor", "its executor (`client.executor`)", ("client.executor",)),
+    ("edge", "role", "`fedcure-edge`", ("edge_server.cli",)),
+    ("edge", "superlink", "its SuperLink", ("flower-superlink",)),
+    ("edge", "serverapp", "its ServerApp (`flwr-serverapp`)", ("flwr-serverapp",)),
+    ("edge", "superexec", "its SuperExec", ("flower-superexec",)),
+    ("cloud", "role", "`fedcure-cloud`", ("cloud_server.cli",)),
+    ("testbed", "monitor", "status monitor", ("fedcure_app.testbed.monitor",)),
+    ("testbed", "proxy", "live-view proxy", ("fedcure_app.testbed.proxy",)),
+    ("testbed", "testbed", "`fedcure testbed` itself", ("fedcure_app.cli testbed",)),
 )
 MIB = 1 << 20
 
@@ -60,8 +59,8 @@ def classify(cmd: str, name: str) -> tuple[str, str] | None:
     ``tc``, shells)."""
     if name == "fedcure-trainer":
         return "client", "trainer"
-    for role, kind, _, needle in KINDS:
-        if needle in cmd:
+    for role, kind, _, needles in KINDS:
+        if any(n in cmd for n in needles):
             return role, kind
     return None
 
@@ -135,7 +134,7 @@ def summarise(series: list[tuple[float, dict[int, tuple[str, str, int]]]],
     rows = []
     for role, kind, _, _ in KINDS:
         vals = kinds.get((role, kind))
-        if vals is None or any(r["role"] == role and r["kind"] == kind for r in rows):
+        if vals is None:
             continue
         n = instances.get(role, 1) or 1
         rows.append({"role": role, "kind": kind, "processes": len(vals),

@@ -272,15 +272,16 @@ class NamespaceSite(Site):
         if self.args.cpufreq == "cgroup":
             from fedcure_app.testbed.hostload import measure_busy_cores, warn_oversubscribed
 
-            self.busy_cores = measure_busy_cores(os.cpu_count() or 1)
+            cores = os.cpu_count() or 1
+            self.busy_cores = measure_busy_cores(cores)
             if self.busy_cores is not None:
                 log.info("other processes keep %.2f of this host's %d cores busy",
-                         self.busy_cores, os.cpu_count() or 1)
+                         self.busy_cores, cores)
             self.host_sps = self.args.host_samples_per_s or host_samples_per_s(cfg)
             log.info("this host trains %s at %.0f samples/s on one core", cfg.data.dataset,
                      self.host_sps)
             self.profiles = self._scale(cfg.data.dataset)
-            warn_oversubscribed(self.profiles, cfg.data.dataset, self.host_sps,
+            warn_oversubscribed(self.profiles, cfg.data.dataset, self.host_sps, cores,
                                 busy_cores=self.busy_cores)
         path = out / "profiles.json"
         path.write_text(json.dumps([p.model_dump(mode="json") for p in self.profiles],

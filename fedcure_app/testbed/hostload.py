@@ -108,13 +108,14 @@ def warn_oversubscribed(profiles: list[Any], model: str, host_sps: float,
                     "for latencies true to the profiles", len(profiles), asked, cores,
                     ROLE_RESERVE_CORES)
         return True
-    if is_busy(busy_cores) and oversubscribed(asked, cores - float(busy_cores or 0.0)):
+    left = cores - (busy_cores or 0.0)
+    if is_busy(busy_cores) and oversubscribed(asked, left):
         log.warning("this host is busy: other processes kept %.2f of its %d cores busy before "
                     "the start, and the %d clients' CPU quotas (%.2f cores at f_max) with %.1f "
                     "kept for the roles do not fit the %.2f left: the coalitions' latencies will "
                     "not follow their profiles; stop the other work, or slow the devices "
                     "(--client-cores) for latencies true to the profiles", busy_cores, cores,
-                    len(profiles), asked, ROLE_RESERVE_CORES, cores - float(busy_cores or 0.0))
+                    len(profiles), asked, ROLE_RESERVE_CORES, left)
         return True
     return False
 
