@@ -4,13 +4,15 @@
 of the MNIST and the CIFAR CNN on synthetic inputs of the right shape, trained by
 :class:`InProcessExecutor` and by :class:`BatchedExecutor` from the same weights, alternating,
 best of ``--repeats``; prints client steps per second (wall and CPU time) and the largest
-difference of the two edge models.
+difference of the two edge models. On a GPU also each of the batched executor's convolution
+paths on its own (``batched`` itself times them on its first edge round and keeps the fastest),
+the path without CUDA graphs and vmap's gradient; ``--paths`` times the paths on the CPU too.
 
 ``run``: the same ``fedcure simulate`` run (real data) with ``--executor inprocess`` and
 ``--executor batched``, one worker, one torch thread; prints the wall time and final accuracy
 of each and the speed-up. Exits 1 when the accuracies differ by more than ``--max-diff`` points.
 
-    python3 bench/batched.py steps [--device cpu|cuda] [--repeats 3]
+    python3 bench/batched.py steps [--device cpu|cuda] [--repeats 3] [--paths]
     python3 bench/batched.py run --dataset mnist --data-dir DIR --rounds 6 [--repeats 3] [--device cpu]
 """
 
@@ -29,6 +31,7 @@ import torch
 from fedcure_app.config import FedCureConfig, apply_flat
 from fedcure_app.models import INPUT_SHAPES, build_model, get_weights
 from fedcure_app.simulation.batched import BatchedExecutor
+from fedcure_app.simulation.conv_tuning import CONV_PATHS
 from fedcure_app.simulation.executors import InProcessExecutor
 from fedcure_app.tasks import EdgeTask
 from fedcure_app.training import configure_threads, resolve_device
@@ -65,13 +68,21 @@ def steps(args: argparse.Namespace) -> int:
                         momentum=0.9)
         executors = {"inprocess": InProcessExecutor(dataset, 10, data, device=device),
                      "batched": BatchedExecutor(dataset, 10, data, device=device)}
-        if device.type == "cuda":  # the GPU path's parts: without graphs, and vmap's gradient
+        if device.type == "cuda" or args.paths:  # each convolution path on its own
+            for path in CONV_PATHS:
+                executors[f"batched, {path}"] = BatchedExecutor(
+                    dataset, 10, data, device=device, vectorized=True, conv_path=path)
+        if device.type == "cuda":  # the GPU path without graphs, and vmap's gradient
             executors["batched, no CUDA graph"] = BatchedExecutor(dataset, 10, data,
                                                                   device=device, graphs=False)
             vm = BatchedExecutor(dataset, 10, data, device=device, graphs=False)
             vm._grouped = None
             executors["batched, vmap"] = vm
         results = {k: ex.run(task) for k, ex in executors.items()}  # warm-up (and results)
+        tuned = executors["batched"].conv_choice
+        if tuned is not None:
+            print(f"{dataset}: the batched executor chose {tuned.describe()} per edge round",
+                  flush=True)
         diffs = {k: max(float(np.abs(a - b).max()) for a, b in
                         zip(results["inprocess"].arrays, r.arrays))
                  for k, r in results.items() if k != "inprocess"}
@@ -145,6 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--repeats", type=int, default=3)
     s.add_argument("--models", default="mnist,cifar10",
                    help="comma-separated models (datasets) to time")
+    s.add_argument("--paths", action="store_true",
+                   help="on the CPU too: time each convolution path of the vectorized step "
+                   "(grouped, grouped-nhwc, im2col), which the CPU's default does not use")
     r = sub.add_parser("run", help="one fedcure simulate run with each executor")
     r.add_argument("--dataset", default="mnist")
     r.add_argument("--data-dir")

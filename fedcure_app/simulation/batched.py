@@ -29,7 +29,10 @@ How a step's gradients are computed depends on the device (``vectorized``):
   blocks, each linear layer one batched matrix product
   (:func:`~fedcure_app.simulation.forwards.grouped_forward`), and a whole edge round of them is
   captured once as a CUDA graph and replayed (:mod:`~fedcure_app.simulation.stacked_round`);
-  a model that is not such a Sequential CNN takes one ``torch.func.vmap(grad)`` per step;
+  the convolutions run as grouped convolutions (NCHW or channels-last) or as im2col and matrix
+  products, whichever the first edge round measures fastest on the card
+  (:mod:`~fedcure_app.simulation.conv_tuning`); a model that is not such a Sequential CNN takes
+  one ``torch.func.vmap(grad)`` per step;
 - on the CPU, vmap turns each convolution into a grouped convolution that costs about as much as
   K small ones, so each client's forward and backward runs on its slice of the stacked
   parameters, in channels-last layout (oneDNN's fast path for these convolutions, measured about
@@ -56,7 +59,14 @@ from torch.func import functional_call, grad_and_value, vmap
 from torch.nn import functional as F
 
 from fedcure_app.models import build_model
-from fedcure_app.simulation.forwards import direct_forward, grouped_forward, pool_before_relu
+from fedcure_app.simulation.conv_tuning import (
+    CONV_PATHS,
+    Choice,
+    conv_forwards,
+    cuda_sync,
+    pick_fastest,
+)
+from fedcure_app.simulation.forwards import direct_forward, pool_before_relu
 from fedcure_app.simulation.stacked_round import StackedRound, build_round
 from fedcure_app.tasks import ClientReport, EdgeResult, EdgeTask, client_train_seed
 from fedcure_app.training import configure_threads
@@ -162,7 +172,7 @@ class BatchedExecutor:
     def __init__(self, dataset: str, num_classes: int,
                  client_data: list[tuple[torch.Tensor, torch.Tensor]], *,
                  device: torch.device | str = "cpu", vectorized: bool | None = None,
-                 graphs: bool | None = None) -> None:
+                 graphs: bool | None = None, conv_path: str | None = None) -> None:
         configure_threads()
         self.device = torch.device(device)
         self.vectorized = self.device.type != "cpu" if vectorized is None else bool(vectorized)
@@ -183,7 +193,22 @@ class BatchedExecutor:
 
         model = self.forward_model = pool_before_relu(self.model)
         self._direct = direct_forward(model)
-        self._grouped = grouped_forward(model) if self.vectorized else None
+        self._forwards = conv_forwards(model) if self.vectorized else {}
+        if conv_path is not None and conv_path not in CONV_PATHS:
+            raise ValueError(f"unknown convolution path {conv_path!r}; choose one of "
+                             f"{', '.join(CONV_PATHS)}")
+        if conv_path is not None and self._forwards and conv_path not in self._forwards:
+            raise ValueError(f"the {dataset} model has no {conv_path} path "
+                             f"(it has {', '.join(self._forwards)})")
+        #: the convolution path in use (None: the vmapped gradient or the CPU's sliced one)
+        self.conv_path: str | None = (conv_path or "grouped") if self._forwards else None
+        self._grouped = self._forwards.get(self.conv_path) if self.conv_path else None
+        #: time the paths on the first edge round (on a GPU, none named) and keep the fastest
+        self._tune = (conv_path is None and self.device.type == "cuda" and len(self._forwards) > 1)
+        #: how the paths compared when they were timed (:mod:`conv_tuning`)
+        self.conv_choice: Choice | None = None
+        if self.device.type == "cuda":
+            torch.backends.cudnn.benchmark = True  # fixed shapes: let cuDNN time its algorithms
         self._shapes = [p.shape for p in self.model.parameters()]
         self._rounds: dict[tuple, StackedRound] = {}
 
@@ -231,6 +256,8 @@ class BatchedExecutor:
         client parameters ([K, ...] each, in :attr:`names` order) and each client's summed
         mini-batch loss (nats) over the steps it took."""
         k = plan.index.shape[1]
+        if self._tune and self._grouped is not None:
+            self._choose_conv_path(edge, plan, lr, momentum)
         if self._grouped is not None:
             return self._stacked_round(k, plan, lr, momentum).run(
                 edge, plan.index, plan.mask, plan.active)
@@ -267,20 +294,56 @@ class BatchedExecutor:
                 loss_sum += loss
         return params, loss_sum
 
+    def _round_key(self, plan: BatchPlan, lr: float, momentum: float) -> tuple:
+        return (int(plan.index.shape[1]), plan.steps, int(plan.index.shape[2]), float(lr),
+                float(momentum))
+
+    def _build_round(self, forward, plan: BatchPlan, lr: float, momentum: float
+                     ) -> StackedRound:
+        k, steps, batch, _, _ = self._round_key(plan, lr, momentum)
+        return build_round(forward, self.x, self.y, self._shapes, graph=self.graphs, k=k,
+                           steps=steps, batch=batch, lr=lr, momentum=momentum)
+
     def _stacked_round(self, k: int, plan: BatchPlan, lr: float, momentum: float
                        ) -> StackedRound:
         """The :class:`StackedRound` of this round's shape (built, and on a GPU captured as a
         CUDA graph, the first time the shape comes up)."""
-        batch = int(plan.index.shape[2])
-        key = (k, plan.steps, batch, float(lr), float(momentum))
+        key = self._round_key(plan, lr, momentum)
         found = self._rounds.get(key)
         if found is None:
-            found = build_round(self._grouped, self.x, self.y, self._shapes, graph=self.graphs,
-                                k=k, steps=plan.steps, batch=batch, lr=lr, momentum=momentum)
+            found = self._build_round(self._grouped, plan, lr, momentum)
             if self.graphs and found.graph is None:
                 self.graphs = False  # a capture failed once: the later shapes run eagerly too
             self._rounds[key] = found
         return found
+
+    def _choose_conv_path(self, edge: list[torch.Tensor], plan: BatchPlan, lr: float,
+                          momentum: float) -> None:
+        """Build this round's shape with every convolution path, time them on this round
+        (:func:`~fedcure_app.simulation.conv_tuning.pick_fastest`), keep the fastest for this
+        and every later round, and free the others."""
+        self._tune = False
+        rounds: dict[str, StackedRound] = {}
+        for name, forward in self._forwards.items():
+            try:
+                rounds[name] = self._build_round(forward, plan, lr, momentum)
+            except Exception as err:  # noqa: BLE001 - a path that cannot be built is not used
+                if name == CONV_PATHS[0]:
+                    raise
+                log.info("convolution path %s not built: %s: %s", name, type(err).__name__, err)
+        choice = pick_fastest(
+            {name: (lambda r=r: r.run(edge, plan.index, plan.mask, plan.active)[0])
+             for name, r in rounds.items()}, sync=cuda_sync(self.device))
+        self.conv_choice, self.conv_path = choice, choice.path
+        self._grouped = self._forwards[choice.path]
+        kept = rounds.pop(choice.path)
+        if self.graphs and kept.graph is None:
+            self.graphs = False
+        self._rounds[self._round_key(plan, lr, momentum)] = kept
+        rounds.clear()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        log.info("batched executor on %s: convolutions as %s", self.device, choice.describe())
 
     def run(self, task: EdgeTask) -> EdgeResult:
         clients = [int(c) for c in task.clients]

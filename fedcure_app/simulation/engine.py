@@ -381,6 +381,7 @@ class SimulationEngine:
             "latency_cov": float(lat.std() / lat.mean()) if lat.size and lat.mean() > 0 else 0.0,
             "wall_seconds": wall,
             "device": str(self.device),
+            "conv_path": getattr(self.executor, "conv_path", None),
             "coalitions": fed.coalitions,
             "initial_jsd": float(average_pairwise_jsd(
                 coalition_label_counts(counts, fed.partition.initial_assignment, m))),

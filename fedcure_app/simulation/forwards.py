@@ -8,7 +8,9 @@ what the batched executor calls instead of ``torch.func.functional_call``.
 - :func:`grouped_forward`: ``f(stacked params, x)`` of K clients at once, each convolution one
   grouped convolution over the K clients' channel blocks and each linear layer one batched
   matrix product: a plain autograd graph of a dozen ops, what ``vmap`` builds with its batching
-  rules, without its per-op interpretation on the host.
+  rules, without its per-op interpretation on the host (optionally in channels-last layout);
+- :func:`im2col_forward`: the same function with each convolution as im2col (``F.unfold``)
+  and batched matrix products.
 """
 
 from __future__ import annotations
@@ -120,18 +122,9 @@ def direct_forward(model: nn.Module
     return forward
 
 
-def grouped_forward(model: nn.Module
-                    ) -> Forward | None:
-    """A forward function ``f(params, x)`` of K clients of ``model`` at once, or None where
-    :func:`sequential_layers` refuses the model or its layers are not convolutions and pools
-    followed by one ``Flatten()`` and linear layers.
-
-    ``params``: each parameter stacked along a leading client axis ([K, ...], in
-    ``named_parameters`` order); ``x``: the K clients' batches side by side on the channel axis,
-    [B, K·C, H, W] (client k's channels are block k). Returns the logits as [K, B, classes].
-    Client k's logits depend on its own parameters and batch only, so the gradient of a sum of
-    per-client losses with respect to the stacked parameters is every client's own gradient.
-    """
+def _conv_then_linear(model: nn.Module) -> list[Layer] | None:
+    """The layers of ``model`` (:func:`sequential_layers`) when they are convolutions, ReLUs and
+    pools, one ``Flatten()`` and then linear layers and ReLUs; else None."""
     layers = sequential_layers(model)
     if layers is None:
         return None
@@ -142,10 +135,39 @@ def grouped_forward(model: nn.Module
     if (layers[cut][1:] != (1, -1) or "linear" in kinds[:cut]
             or any(k in ("conv", "pool") for k in kinds[cut:])):
         return None
+    return layers
+
+
+def _linear(params: list[torch.Tensor], layer: Layer, x: torch.Tensor) -> torch.Tensor:
+    """A linear layer of K clients at once: ``x`` [K, B, in] -> [K, B, out], one batched
+    matrix product."""
+    _, i, has_bias = layer
+    wt = params[i].transpose(1, 2)
+    return torch.baddbmm(params[i + 1].unsqueeze(1), x, wt) if has_bias else torch.bmm(x, wt)
+
+
+def grouped_forward(model: nn.Module, *, channels_last: bool = False) -> Forward | None:
+    """A forward function ``f(params, x)`` of K clients of ``model`` at once, or None where
+    :func:`sequential_layers` refuses the model or its layers are not convolutions and pools
+    followed by one ``Flatten()`` and linear layers.
+
+    ``params``: each parameter stacked along a leading client axis ([K, ...], in
+    ``named_parameters`` order); ``x``: the K clients' batches side by side on the channel axis,
+    [B, K·C, H, W] (client k's channels are block k). Returns the logits as [K, B, classes].
+    Client k's logits depend on its own parameters and batch only, so the gradient of a sum of
+    per-client losses with respect to the stacked parameters is every client's own gradient.
+    ``channels_last``: lay the input out channels-last first, so that the convolutions run in
+    that layout (cuDNN's NHWC kernels); the same values either way.
+    """
+    layers = _conv_then_linear(model)
+    if layers is None:
+        return None
 
     def forward(params: list[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
         k = params[0].shape[0]
         batch = x.shape[0]
+        if channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
         for layer in layers:
             kind = layer[0]
             if kind == "conv":
@@ -155,10 +177,7 @@ def grouped_forward(model: nn.Module
                              params[i + 1].reshape(-1) if has_bias else None, stride, padding,
                              dilation, k * groups)
             elif kind == "linear":
-                _, i, has_bias = layer
-                wt = params[i].transpose(1, 2)
-                x = (torch.baddbmm(params[i + 1].unsqueeze(1), x, wt) if has_bias
-                     else torch.bmm(x, wt))
+                x = _linear(params, layer, x)
             elif kind == "relu":
                 x = F.relu(x)
             elif kind == "pool":
@@ -170,5 +189,51 @@ def grouped_forward(model: nn.Module
     return forward
 
 
-__all__ = ["Forward", "Layer", "direct_forward", "grouped_forward", "pool_before_relu",
-           "sequential_layers"]
+def im2col_forward(model: nn.Module) -> Forward | None:
+    """:func:`grouped_forward`'s function (same arguments, same logits) with each convolution
+    computed as im2col and matrix products instead of a grouped convolution: ``F.unfold`` cuts
+    every client's image into its receptive fields ([K·B, C·kh·kw, L]) and one batched matrix
+    product per (client, sample) applies the client's filters ([O, C·kh·kw]); autograd's
+    backward of the same ops gives the weight gradient as matrix products too, where cuDNN's
+    grouped weight gradient can be slow. The activations stay client-major, [K·B, C, H, W],
+    between the layers. None where :func:`grouped_forward` refuses the model or a convolution
+    is itself grouped."""
+    layers = _conv_then_linear(model)
+    if layers is None or any(layer[0] == "conv" and layer[6] != 1 for layer in layers):
+        return None
+
+    def forward(params: list[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        k = params[0].shape[0]
+        batch = x.shape[0]
+        x = x.reshape(batch, k, -1, *x.shape[2:]).transpose(0, 1).reshape(
+            k * batch, -1, *x.shape[2:])  # client-major: [K·B, C, H, W]
+        for layer in layers:
+            kind = layer[0]
+            if kind == "conv":
+                _, i, has_bias, stride, padding, dilation, _ = layer
+                w = params[i]  # [K, O, C, kh, kw]
+                o, kernel = w.shape[1], w.shape[3:]
+                h_out, w_out = (
+                    (size + 2 * padding[d] - dilation[d] * (kernel[d] - 1) - 1) // stride[d] + 1
+                    for d, size in enumerate(x.shape[2:]))
+                cols = F.unfold(x, kernel, dilation, padding, stride)  # [K·B, C·kh·kw, L]
+                cols = cols.view(k, batch, *cols.shape[1:])
+                out = torch.matmul(w.reshape(k, 1, o, -1), cols)  # [K, B, O, L]
+                if has_bias:
+                    out = out + params[i + 1].view(k, 1, o, 1)
+                x = out.reshape(k * batch, o, h_out, w_out)
+            elif kind == "linear":
+                x = _linear(params, layer, x)
+            elif kind == "relu":
+                x = F.relu(x)
+            elif kind == "pool":
+                x = F.max_pool2d(x, *layer[1:])
+            else:  # [K·B, C, h, w] -> [K, B, C·h·w]
+                x = x.reshape(k, batch, -1)
+        return x
+
+    return forward
+
+
+__all__ = ["Forward", "Layer", "direct_forward", "grouped_forward", "im2col_forward",
+           "pool_before_relu", "sequential_layers"]
