@@ -167,7 +167,9 @@ class BatchedExecutor:
     axis (module docstring). ``client_data`` holds each client's (x, y) tensors; they are
     concatenated once on ``device``. ``vectorized``: one vmapped gradient over the clients per
     step (default on a GPU) or each client's gradient on its slice, channels-last (default on
-    the CPU)."""
+    the CPU). ``conv_path``: how the vectorized step computes its convolutions (one of
+    :data:`~fedcure_app.simulation.conv_tuning.CONV_PATHS`); None: the fastest on a GPU's first
+    edge round, ``grouped`` elsewhere."""
 
     def __init__(self, dataset: str, num_classes: int,
                  client_data: list[tuple[torch.Tensor, torch.Tensor]], *,
