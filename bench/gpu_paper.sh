@@ -4,8 +4,10 @@
 #   bash bench/gpu_paper.sh DATA_ROOT OUT [SECONDS] [RESULTS]
 #
 # DATA_ROOT holds cifar10/{train,test}/<class>/*.jpg (or cifar10-jpeg.tar.gz, unpacked here
-# into DATA_ROOT/cifar10) and mnist/raw/*.gz. RESULTS (default docs/results/paper) is copied
-# into a scratch folder first, so runs already cached there are not run again.
+# into DATA_ROOT/cifar10) and mnist/raw/*.gz; bench/gpu_prepare.sh builds such a DATA_ROOT
+# (.gpudata) and the wheels the GPU image lacks (.whl), and shows the device call that carries
+# them. RESULTS (default docs/results/paper) is copied into a scratch folder first, so runs
+# already cached there are not run again.
 #
 # What it does, in order:
 #   1. starts CUDA MPS where nvidia-cuda-mps-control exists and a CUDA call works under it
