@@ -27,8 +27,8 @@
 #      (the scratch results folder: run caches, summaries, figures), the logs, bench.txt,
 #      gpu.txt, gpu-use.log (every 10 s while the sets run: the GPU's utilisation and memory in
 #      use, and each compute process's memory) and runs.tsv (one line per trained run in the
-#      cache: dataset, run, executor, device, convolution path, final accuracy in %, wall
-#      seconds).
+#      cache: dataset, run, executor, device, convolution path, each path's time per edge
+#      round when it was timed, final accuracy in %, wall seconds).
 set -uo pipefail
 # BUDGET and DEVICE override the paper budget and cuda (for a dry run on the CPU); BENCH=0
 # skips step 2.
@@ -142,8 +142,11 @@ for path in sorted(Path(sys.argv[1]).glob("*/runs/*.json.gz")):
     if r.get("schedule_only") or r.get("final_accuracy") is None:
         continue
     ex = r["config"].get("run", {}).get("executor", "")
+    timed = (r.get("conv_choice") or {}).get("seconds", {})
     print(path.parent.parent.name, r.get("label"), ex, r.get("device"),
-          r.get("conv_path") or "-", f"{100 * r['final_accuracy']:.2f}", f"{r.get('wall_seconds') or 0:.1f}", sep="\t")
+          r.get("conv_path") or "-",
+          " ".join(f"{p}={1000 * s:.1f}ms" for p, s in timed.items()) or "-",
+          f"{100 * r['final_accuracy']:.2f}", f"{r.get('wall_seconds') or 0:.1f}", sep="\t")
 EOF
 find "$work" -name '*.lock' -delete
 tar -czf "$out/results.tar.gz" -C "$work" .

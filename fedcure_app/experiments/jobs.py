@@ -31,12 +31,16 @@ log = logging.getLogger(__name__)
 _JOB: dict[str, Any] = {}
 
 
-def _init(dataset: Dataset, cache_dir: Any, device: str, threads: int, fresh: bool) -> None:
-    """Runs once in each job process: the thread policy and a runner on the shared cache."""
+def _init(dataset: Dataset, cache_dir: Any, device: str, threads: int, fresh: bool,
+          log_level: int = logging.WARNING) -> None:
+    """Runs once in each job process: the parent's log level (a spawned process starts without
+    its handlers), the thread policy and a runner on the shared cache."""
     from fedcure_app.experiments.runner import Runner
     from fedcure_app.runtime.threads import apply_thread_policy
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
+    logging.basicConfig(level=log_level,  # no-op where handlers came with a fork
+                        format="%(levelname)s %(name)s [job %(process)d]: %(message)s")
     apply_thread_policy(threads)
     _JOB["runner"] = Runner(dataset, cache_dir, workers=1, device=device, fresh=fresh)
 
@@ -77,7 +81,8 @@ def run_parallel(runner: Runner, specs: list[RunSpec]) -> None:
     pool = ProcessPoolExecutor(max_workers=jobs, mp_context=pool_context(runner.device),
                                initializer=_init,
                                initargs=(runner.dataset, runner.cache_dir, str(runner.device),
-                                         threads, runner.fresh))
+                                         threads, runner.fresh,
+                                         logging.getLogger().getEffectiveLevel()))
     started = time.perf_counter()
     futures: dict[Future, RunSpec] = {pool.submit(_run, s): s for s in specs}
     done = 0

@@ -57,6 +57,10 @@ class Choice:
     seconds: dict[str, float] = field(default_factory=dict)
     rejected: dict[str, str] = field(default_factory=dict)
 
+    def to_dict(self) -> dict[str, object]:
+        """The choice as JSON: path, seconds per path, rejected paths and why."""
+        return {"path": self.path, "seconds": dict(self.seconds), "rejected": dict(self.rejected)}
+
     def describe(self) -> str:
         """One line: the chosen path and every path's time or reason."""
         parts = [f"{name} {1000 * s:.2f} ms" for name, s in self.seconds.items()]

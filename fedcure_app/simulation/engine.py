@@ -369,6 +369,7 @@ class SimulationEngine:
         accs = [r["accuracy"] for r in records if r["accuracy"] is not None]
         counts = fed.partition.label_counts
         m = self.cfg.federation.num_edges
+        choice = getattr(self.executor, "conv_choice", None)  # the batched executor's timing
         return {
             "config": self.cfg.model_dump(mode="json", by_alias=True),
             "dataset": fed.dataset.name,
@@ -382,6 +383,7 @@ class SimulationEngine:
             "wall_seconds": wall,
             "device": str(self.device),
             "conv_path": getattr(self.executor, "conv_path", None),
+            "conv_choice": choice.to_dict() if choice is not None else None,
             "coalitions": fed.coalitions,
             "initial_jsd": float(average_pairwise_jsd(
                 coalition_label_counts(counts, fed.partition.initial_assignment, m))),

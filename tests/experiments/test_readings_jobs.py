@@ -167,3 +167,24 @@ def test_write_report_without_a_second_reading_has_no_readings_note(tmp_path, on
     o = run_dataset("digits", ["table1"], data_dir=None, budget="tiny", seeds=1, out=tmp_path)
     path = write_report([o], tmp_path, command="fedcure experiment all", total_seconds=1.0)
     assert "Readings of the paper's setting" not in path.read_text()
+
+
+def _job_log_level() -> int:
+    import logging
+
+    return logging.getLogger().getEffectiveLevel()
+
+
+def test_a_spawned_job_process_logs_at_the_parents_level(tmp_path):
+    # on a GPU the job processes are spawned: without the parent's level their INFO lines (the
+    # batched executor's choice of convolution path, say) would be dropped under -v
+    import logging
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    from fedcure_app.experiments.jobs import _init
+
+    ds = load_dataset("digits")
+    with ProcessPoolExecutor(1, mp_context=get_context("spawn"), initializer=_init,
+                             initargs=(ds, tmp_path, "cpu", 1, False, logging.INFO)) as pool:
+        assert pool.submit(_job_log_level).result(timeout=120) == logging.INFO

@@ -143,3 +143,22 @@ def test_an_unknown_or_missing_conv_path_is_refused(monkeypatch):
                         lambda model: {"grouped": conv_forwards(model)["grouped"]})
     with pytest.raises(ValueError, match="no im2col path"):
         BatchedExecutor("digits", 10, _clients([4, 4]), vectorized=True, conv_path="im2col")
+
+
+def test_a_run_records_the_conv_path_and_how_the_paths_compared():
+    from fedcure_app.config import FedCureConfig, apply_flat
+    from fedcure_app.data import load_dataset
+    from fedcure_app.simulation.engine import SimulationEngine, build_federation, client_tensors
+
+    cfg = apply_flat(FedCureConfig(), {
+        "dataset": "digits", "num-clients": 6, "num-edges": 2, "global-rounds": 2,
+        "tau-c": 1, "tau-e": 1, "eval-every": 2, "seed": 1, "executor": "batched"})
+    fed = build_federation(cfg, load_dataset("digits"))
+    ex = BatchedExecutor("digits", 10, client_tensors(fed), vectorized=True)
+    ex._tune = True  # as on a GPU
+    summary = SimulationEngine(fed, ex).run()
+    assert summary["conv_path"] == ex.conv_path in CONV_PATHS
+    recorded = summary["conv_choice"]
+    assert recorded["path"] == ex.conv_path
+    assert set(recorded["seconds"]) | set(recorded["rejected"]) == set(CONV_PATHS)
+    assert all(s > 0 for s in recorded["seconds"].values())
