@@ -146,6 +146,26 @@ def _linear(params: list[torch.Tensor], layer: Layer, x: torch.Tensor) -> torch.
     return torch.baddbmm(params[i + 1].unsqueeze(1), x, wt) if has_bias else torch.bmm(x, wt)
 
 
+def _run_layers(layers: list[Layer], params: list[torch.Tensor], x: torch.Tensor,
+                conv: Callable[[Layer, torch.Tensor], torch.Tensor],
+                flatten: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """K clients' layers in order: the convolutions and the flatten as the caller computes
+    them, ReLUs and pools elementwise, linear layers as batched matrix products."""
+    for layer in layers:
+        kind = layer[0]
+        if kind == "conv":
+            x = conv(layer, x)
+        elif kind == "linear":
+            x = _linear(params, layer, x)
+        elif kind == "relu":
+            x = F.relu(x)
+        elif kind == "pool":
+            x = F.max_pool2d(x, *layer[1:])
+        else:
+            x = flatten(x)
+    return x
+
+
 def grouped_forward(model: nn.Module, *, channels_last: bool = False) -> Forward | None:
     """A forward function ``f(params, x)`` of K clients of ``model`` at once, or None where
     :func:`sequential_layers` refuses the model or its layers are not convolutions and pools
@@ -166,25 +186,19 @@ def grouped_forward(model: nn.Module, *, channels_last: bool = False) -> Forward
     def forward(params: list[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
         k = params[0].shape[0]
         batch = x.shape[0]
+
+        def conv(layer: Layer, x: torch.Tensor) -> torch.Tensor:
+            _, i, has_bias, stride, padding, dilation, groups = layer
+            w = params[i]
+            return F.conv2d(x, w.reshape(-1, *w.shape[2:]),
+                            params[i + 1].reshape(-1) if has_bias else None, stride, padding,
+                            dilation, k * groups)
+
         if channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
-        for layer in layers:
-            kind = layer[0]
-            if kind == "conv":
-                _, i, has_bias, stride, padding, dilation, groups = layer
-                w = params[i]
-                x = F.conv2d(x, w.reshape(-1, *w.shape[2:]),
-                             params[i + 1].reshape(-1) if has_bias else None, stride, padding,
-                             dilation, k * groups)
-            elif kind == "linear":
-                x = _linear(params, layer, x)
-            elif kind == "relu":
-                x = F.relu(x)
-            elif kind == "pool":
-                x = F.max_pool2d(x, *layer[1:])
-            else:  # [B, K·C, h, w] -> [K, B, C·h·w]: each client's block, flattened
-                x = x.reshape(batch, k, -1).transpose(0, 1)
-        return x
+        # flatten: [B, K·C, h, w] -> [K, B, C·h·w], each client's block
+        return _run_layers(layers, params, x, conv,
+                           lambda x: x.reshape(batch, k, -1).transpose(0, 1))
 
     return forward
 
@@ -205,32 +219,25 @@ def im2col_forward(model: nn.Module) -> Forward | None:
     def forward(params: list[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
         k = params[0].shape[0]
         batch = x.shape[0]
+
+        def conv(layer: Layer, x: torch.Tensor) -> torch.Tensor:
+            _, i, has_bias, stride, padding, dilation, _ = layer
+            w = params[i]  # [K, O, C, kh, kw]
+            o, kernel = w.shape[1], w.shape[3:]
+            h_out, w_out = (
+                (size + 2 * padding[d] - dilation[d] * (kernel[d] - 1) - 1) // stride[d] + 1
+                for d, size in enumerate(x.shape[2:]))
+            cols = F.unfold(x, kernel, dilation, padding, stride)  # [K·B, C·kh·kw, L]
+            cols = cols.view(k, batch, *cols.shape[1:])
+            out = torch.matmul(w.reshape(k, 1, o, -1), cols)  # [K, B, O, L]
+            if has_bias:
+                out = out + params[i + 1].view(k, 1, o, 1)
+            return out.reshape(k * batch, o, h_out, w_out)
+
         x = x.reshape(batch, k, -1, *x.shape[2:]).transpose(0, 1).reshape(
             k * batch, -1, *x.shape[2:])  # client-major: [K·B, C, H, W]
-        for layer in layers:
-            kind = layer[0]
-            if kind == "conv":
-                _, i, has_bias, stride, padding, dilation, _ = layer
-                w = params[i]  # [K, O, C, kh, kw]
-                o, kernel = w.shape[1], w.shape[3:]
-                h_out, w_out = (
-                    (size + 2 * padding[d] - dilation[d] * (kernel[d] - 1) - 1) // stride[d] + 1
-                    for d, size in enumerate(x.shape[2:]))
-                cols = F.unfold(x, kernel, dilation, padding, stride)  # [K·B, C·kh·kw, L]
-                cols = cols.view(k, batch, *cols.shape[1:])
-                out = torch.matmul(w.reshape(k, 1, o, -1), cols)  # [K, B, O, L]
-                if has_bias:
-                    out = out + params[i + 1].view(k, 1, o, 1)
-                x = out.reshape(k * batch, o, h_out, w_out)
-            elif kind == "linear":
-                x = _linear(params, layer, x)
-            elif kind == "relu":
-                x = F.relu(x)
-            elif kind == "pool":
-                x = F.max_pool2d(x, *layer[1:])
-            else:  # [K·B, C, h, w] -> [K, B, C·h·w]
-                x = x.reshape(k, batch, -1)
-        return x
+        # flatten: [K·B, C, h, w] -> [K, B, C·h·w]
+        return _run_layers(layers, params, x, conv, lambda x: x.reshape(k, batch, -1))
 
     return forward
 

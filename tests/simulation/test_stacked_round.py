@@ -1,44 +1,18 @@
 """The grouped forward of K clients and the stacked round built on it (the batched executor's
-path on a GPU, run eagerly here): each client's own logits and gradients, the round's buffers
-reused without carrying state from one task to the next, the vmap path for other models."""
+path on a GPU, run eagerly here): what it refuses, the round's buffers reused without carrying
+state from one task to the next, the vmap path for other models. Each client's own logits and
+gradients, on every convolution path: tests/simulation/test_conv_tuning.py."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 from torch import nn
 
-from fedcure_app.models import build_model
 from fedcure_app.simulation.batched import BatchedExecutor
 from fedcure_app.simulation.executors import InProcessExecutor
-from fedcure_app.simulation.forwards import direct_forward, grouped_forward, pool_before_relu
+from fedcure_app.simulation.forwards import grouped_forward
 from tests.simulation.test_batched import TOLERANCE, _clients, _max_diff, _task
-
-SHAPES = {"digits": (1, 8, 8), "mnist": (1, 28, 28), "cifar10": (3, 32, 32)}
-
-
-@pytest.mark.parametrize("dataset", ["digits", "mnist", "cifar10"])
-def test_the_grouped_forward_gives_each_client_the_logits_and_gradients_of_its_own_model(
-        dataset):
-    torch.manual_seed(2)
-    k, batch = 3, 2
-    models = [pool_before_relu(build_model(dataset)) for _ in range(k)]
-    grouped = grouped_forward(models[0])
-    single = direct_forward(models[0])
-    assert grouped is not None and single is not None
-    stacked = [torch.stack([p.detach() for p in ps]).requires_grad_()
-               for ps in zip(*(m.parameters() for m in models))]
-    x = torch.randn(k, batch, *SHAPES[dataset])
-    logits = grouped(stacked, x.transpose(0, 1).reshape(batch, -1, *SHAPES[dataset][1:]))
-    assert logits.shape == (k, batch, 10)
-    grads = torch.autograd.grad(logits.square().sum(), stacked)
-    for c in range(k):
-        own = [p.detach().clone().requires_grad_() for p in models[c].parameters()]
-        expected = single(own, x[c])
-        assert torch.allclose(logits[c], expected, atol=1e-5)
-        for g, e in zip(grads, torch.autograd.grad(expected.square().sum(), own)):
-            assert torch.allclose(g[c], e, atol=1e-4)
 
 
 def test_the_grouped_forward_refuses_what_it_cannot_group():
