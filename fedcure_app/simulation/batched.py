@@ -261,7 +261,7 @@ class BatchedExecutor:
         if self._tune and self._grouped is not None:
             self._choose_conv_path(edge, plan, lr, momentum)
         if self._grouped is not None:
-            return self._stacked_round(k, plan, lr, momentum).run(
+            return self._stacked_round(plan, lr, momentum).run(
                 edge, plan.index, plan.mask, plan.active)
         params = [stacked(t, k, not self.vectorized) for t in edge]
         bufs = [torch.zeros_like(p) for p in params] if momentum else []
@@ -306,17 +306,21 @@ class BatchedExecutor:
         return build_round(forward, self.x, self.y, self._shapes, graph=self.graphs, k=k,
                            steps=steps, batch=batch, lr=lr, momentum=momentum)
 
-    def _stacked_round(self, k: int, plan: BatchPlan, lr: float, momentum: float
-                       ) -> StackedRound:
+    def _keep(self, plan: BatchPlan, lr: float, momentum: float, built: StackedRound
+              ) -> StackedRound:
+        """Store ``built`` as the round of this shape."""
+        if self.graphs and built.graph is None:
+            self.graphs = False  # a capture failed once: the later shapes run eagerly too
+        self._rounds[self._round_key(plan, lr, momentum)] = built
+        return built
+
+    def _stacked_round(self, plan: BatchPlan, lr: float, momentum: float) -> StackedRound:
         """The :class:`StackedRound` of this round's shape (built, and on a GPU captured as a
         CUDA graph, the first time the shape comes up)."""
-        key = self._round_key(plan, lr, momentum)
-        found = self._rounds.get(key)
+        found = self._rounds.get(self._round_key(plan, lr, momentum))
         if found is None:
-            found = self._build_round(self._grouped, plan, lr, momentum)
-            if self.graphs and found.graph is None:
-                self.graphs = False  # a capture failed once: the later shapes run eagerly too
-            self._rounds[key] = found
+            found = self._keep(plan, lr, momentum,
+                               self._build_round(self._grouped, plan, lr, momentum))
         return found
 
     def _choose_conv_path(self, edge: list[torch.Tensor], plan: BatchPlan, lr: float,
@@ -338,10 +342,7 @@ class BatchedExecutor:
              for name, r in rounds.items()}, sync=cuda_sync(self.device))
         self.conv_choice, self.conv_path = choice, choice.path
         self._grouped = self._forwards[choice.path]
-        kept = rounds.pop(choice.path)
-        if self.graphs and kept.graph is None:
-            self.graphs = False
-        self._rounds[self._round_key(plan, lr, momentum)] = kept
+        self._keep(plan, lr, momentum, rounds.pop(choice.path))
         rounds.clear()
         if self.device.type == "cuda":
             torch.cuda.empty_cache()

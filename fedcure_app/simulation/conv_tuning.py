@@ -16,7 +16,6 @@ or that fails (out of memory, say), is not used.
 
 from __future__ import annotations
 
-import logging
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -26,8 +25,6 @@ import torch
 from torch import nn
 
 from fedcure_app.simulation.forwards import Forward, grouped_forward, im2col_forward
-
-log = logging.getLogger(__name__)
 
 #: The convolution paths, the reference first.
 CONV_PATHS: tuple[str, ...] = ("grouped", "grouped-nhwc", "im2col")
