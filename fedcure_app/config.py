@@ -25,6 +25,8 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from fedcure_app.data.task import TaskConfig
+
 FormationRule = Literal["fedcure", "none", "kmeans", "meanshift", "selfish", "pareto"]
 SchedulerName = Literal["fedcure", "greedy", "fair", "random"]
 PartitionName = Literal["edge-noniid", "dirichlet", "iid", "shards"]
@@ -286,6 +288,16 @@ class FedCureConfig(_Section):
     run: RunConfig = Field(default_factory=RunConfig)
     devices: DevicesConfig = Field(default_factory=DevicesConfig)
     reliability: ReliabilityConfig = Field(default_factory=ReliabilityConfig)
+    task: TaskConfig | None = Field(
+        None, description="the user's own task (a task file's [task]); None: the built-in "
+        "dataset of [data]")
+
+    @model_validator(mode="after")
+    def _task_classes(self) -> "FedCureConfig":
+        if self.task is not None and self.federation.num_classes != self.task.num_classes:
+            raise ValueError(f"federation.num_classes ({self.federation.num_classes}) differs "
+                             f"from the task's {self.task.num_classes} classes")
+        return self
 
     @model_validator(mode="after")
     def _concurrency_fits(self) -> "FedCureConfig":
@@ -374,6 +386,8 @@ def flat_keys() -> dict[str, tuple[str, str]]:
     out: dict[str, tuple[str, str]] = {}
     for section, model in FedCureConfig.model_fields.items():
         sub = model.annotation
+        if section == "task":  # a task comes whole from a task file, not key by key
+            continue
         for name in sub.model_fields:  # type: ignore[union-attr]
             out[_alias(name)] = (section, name)
     return out
