@@ -116,6 +116,15 @@ class DataConfig(_Section):
     dirichlet_alpha: float = Field(0.5, gt=0.0, description="concentration for 'dirichlet'")
     shards_per_client: int = Field(2, ge=1, description="shards per client for 'shards'")
     classes_per_edge: int = Field(2, ge=1, description="classes per ES for 'edge-noniid'")
+    clients_data: str | None = Field(
+        None, description="with a task: a folder holding one entry per client (a folder of "
+        "class folders, an .npz, a .csv or a datasets.save_to_disk folder), sorted by name; "
+        "client i trains on entry i only (no partition is cut)")
+    holdout: float = Field(
+        0.1, ge=0.0, lt=1.0, description="with a task: the seeded, stratified fraction of a "
+        "client's data held out for federated evaluation when it has no test part")
+    label_column: str = Field("label", min_length=1, max_length=256,
+                              description="with a task: the label column of a client's CSV")
 
 
 class RunConfig(_Section):

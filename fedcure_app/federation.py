@@ -100,6 +100,10 @@ def partition_for(cfg: FedCureConfig, dataset: Any) -> Any:
     from fedcure_app.data.partition import partition_dataset
 
     fed = cfg.federation
+    if getattr(dataset, "client_indices", None) is not None:
+        from fedcure_app.data.own_federation import given_partition
+
+        return given_partition(dataset, fed.num_edges, cfg.run.seed)
     return partition_dataset(
         dataset.y_train, fed.num_clients, fed.num_edges, cfg.data.partition,
         seed=cfg.run.seed, alpha=cfg.data.dirichlet_alpha,

@@ -15,11 +15,16 @@ the initial weights and the batch order.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from fedcure_app.data.task import TaskConfig
 
 #: Input shape (C, H, W) of each dataset's samples.
 INPUT_SHAPES: dict[str, tuple[int, int, int]] = {
@@ -98,12 +103,92 @@ _BUILDERS: dict[str, type[nn.Module]] = {
 }
 
 
-def build_model(dataset: str, num_classes: int = 10) -> nn.Module:
-    """Build the CNN for ``dataset`` (digits, mnist, cifar10, svhn, cinic10), on the CPU, float32.
+class SmallCNN(nn.Sequential):
+    """A small CNN for images of any size (C×H×W): two 3×3 conv (pad 1) + ReLU blocks, each
+    followed by a 2×2 max-pool while the side is at least 2, and one linear layer."""
+
+    def __init__(self, input_shape: Sequence[int], num_classes: int) -> None:
+        c, h, w = (int(v) for v in input_shape)
+        layers: list[nn.Module] = []
+        for c_in, c_out in ((c, 16), (16, 32)):
+            layers += [nn.Conv2d(c_in, c_out, kernel_size=3, padding=1), nn.ReLU()]
+            if h >= 2 and w >= 2:
+                layers.append(nn.MaxPool2d(2))
+                h, w = h // 2, w // 2
+        super().__init__(*layers, nn.Flatten(), nn.Linear(32 * h * w, num_classes))
+
+
+class MLP(nn.Sequential):
+    """A multilayer perceptron for feature rows (or flattened images): prod(input_shape) → 64
+    → 64 → classes, ReLU between."""
+
+    def __init__(self, input_shape: Sequence[int], num_classes: int, hidden: int = 64) -> None:
+        width = int(np.prod([int(v) for v in input_shape]))
+        super().__init__(nn.Flatten(), nn.Linear(width, hidden), nn.ReLU(),
+                         nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, num_classes))
+
+
+class ModelImportError(ValueError):
+    """A task's model import path that does not import or does not build a model (one line)."""
+
+
+def import_factory(path: str) -> object:
+    """The callable named by ``package.module:factory`` (imported here)."""
+    module_name, _, attr = path.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as err:  # noqa: BLE001 - a user's module may raise anything on import
+        raise ModelImportError(f"model {path}: cannot import {module_name} "
+                               f"({type(err).__name__}: {err})") from None
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise ModelImportError(f"model {path}: {module_name} has no callable {attr}")
+    return factory
+
+
+def build_task_model(task: TaskConfig) -> nn.Module:
+    """The model of a user's task (:class:`fedcure_app.data.task.TaskConfig`): one of the
+    paper's CNNs, :class:`SmallCNN`, :class:`MLP`, or ``factory(input_shape, num_classes)``
+    from the task's import path. Raises :class:`ModelImportError` when the path does not
+    import or its factory does not return a ``torch.nn.Module`` of float32 parameters."""
+    shape, n = tuple(task.sample_shape), task.num_classes
+    if task.model in _BUILDERS:
+        return _BUILDERS[task.model](n)
+    if task.model == "cnn":
+        return SmallCNN(shape, n)
+    if task.model == "mlp":
+        return MLP(shape, n)
+    factory = import_factory(task.model)
+    try:
+        model = factory(shape, n)  # type: ignore[operator]
+    except Exception as err:  # noqa: BLE001 - a user's factory may raise anything
+        raise ModelImportError(f"model {task.model}: factory({shape}, {n}) raised "
+                               f"{type(err).__name__}: {err}") from None
+    if not isinstance(model, nn.Module):
+        raise ModelImportError(f"model {task.model}: factory returned "
+                               f"{type(model).__name__}, not a torch.nn.Module")
+    bad = [k for k, t in model.state_dict().items() if t.dtype != torch.float32]
+    if bad:
+        raise ModelImportError(f"model {task.model}: tensor {bad[0]} is not float32")
+    return model
+
+
+def model_signature(model: nn.Module) -> list[tuple[str, tuple[int, ...]]]:
+    """(name, shape) of every state tensor in ``state_dict`` order: what two roles compare to
+    know they hold the same model (a client's against the cloud's, at registration)."""
+    return [(k, tuple(t.shape)) for k, t in model.state_dict().items()]
+
+
+def build_model(dataset: str | TaskConfig, num_classes: int = 10) -> nn.Module:
+    """Build the CNN for ``dataset`` (digits, mnist, cifar10, svhn, cinic10), on the CPU, float32,
+    or the model of a user's task when ``dataset`` is a :class:`~fedcure_app.data.task.
+    TaskConfig` (:func:`build_task_model`; ``num_classes`` is the task's then).
 
     Initial weights come from torch's global RNG: seed it (``torch.manual_seed``) for a
     reproducible start, or copy weights from another model with :func:`set_weights`.
     """
+    if not isinstance(dataset, str):
+        return build_task_model(dataset)
     key = dataset.lower()
     if key not in ARCHITECTURES:
         raise ValueError(
@@ -196,8 +281,20 @@ def forward_flops(model: nn.Module, input_shape: tuple[int, ...]) -> int:
     return total
 
 
-def train_flops_per_sample(dataset: str) -> int:
-    """FLOPs of one training sample (forward + backward ≈ 3 × forward) for ``dataset``'s CNN."""
+def train_flops_per_sample(dataset: str | TaskConfig) -> int:
+    """FLOPs of one training sample (forward + backward ≈ 3 × forward) for ``dataset``'s CNN,
+    or a user task's model."""
+    if not isinstance(dataset, str):
+        return 3 * forward_flops(build_task_model(dataset), tuple(dataset.sample_shape))
     key = dataset.lower()
     model = build_model(key)
     return 3 * forward_flops(model, INPUT_SHAPES[key])
+
+
+def cycles_key(dataset: str | TaskConfig) -> str:
+    """The key a device profile's cycles per sample are looked up by: the dataset's name, or
+    ``flops:N`` for a task's model (N: its training FLOPs per sample;
+    :meth:`fedcure_app.devices.DeviceProfile.cycles_for` scales a known model's cycles by it)."""
+    if isinstance(dataset, str):
+        return dataset
+    return f"flops:{max(1, train_flops_per_sample(dataset))}"

@@ -16,6 +16,7 @@ from fedcure_app.cli.errors import (
     checked_config,
     config_defaults_help,
 )
+from fedcure_app.cli.own_data import add_task_options, apply_task
 from fedcure_app.config import METHOD_PRESETS, FedCureConfig
 
 log = logging.getLogger(__name__)
@@ -107,6 +108,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dashboard-token", default=os.environ.get("FEDCURE_DASHBOARD_TOKEN", ""),
                    help="secret the live view asks of every request (default "
                         "$FEDCURE_DASHBOARD_TOKEN)")
+    add_task_options(p)
     config_defaults_help(p, _OPTIONS)
     p.set_defaults(func=run)
 
@@ -148,8 +150,9 @@ def options_config(args: argparse.Namespace, options: dict[str, str],
 
 
 def config_from_args(args: argparse.Namespace) -> FedCureConfig:
-    """The configuration: file (if any), then the method preset, then the explicit options."""
-    return options_config(args, _OPTIONS)
+    """The configuration: file (if any), then the method preset, then the explicit options,
+    then the task of ``--task`` with the clients of ``--clients-data``."""
+    return apply_task(options_config(args, _OPTIONS), args)
 
 
 def _check_flower_knobs(cfg: FedCureConfig, args: argparse.Namespace) -> None:
@@ -201,7 +204,8 @@ def _summary_table(result: dict[str, Any]):
 def run(args: argparse.Namespace) -> int:
     # the cheap checks first: a mistake is reported before torch is imported (seconds)
     cfg = config_from_args(args)
-    check_dataset(cfg.data.dataset, cfg.data.data_dir)
+    if cfg.task is None:
+        check_dataset(cfg.data.dataset, cfg.data.data_dir)
     check_out_dir(args.out)
     if args.json:
         check_new_file(args.json, "--json")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -64,6 +65,20 @@ class Dataset:
     from_cache: bool = False
     mean: tuple[float, ...] = field(default=())
     std: tuple[float, ...] = field(default=())
+    #: a user's own task (:class:`fedcure_app.data.task.TaskConfig`) when the data are the
+    #: clients' own; None for a built-in dataset
+    task: Any = None
+    #: with a task: each client's sample indices into the training split (the partition is
+    #: given by who holds what, not cut), in client order; the test split is the union of the
+    #: clients' held-out parts
+    client_indices: list[np.ndarray] | None = None
+    client_names: tuple[str, ...] = ()
+
+    @property
+    def model_spec(self) -> Any:
+        """What :func:`fedcure_app.models.build_model` builds this dataset's model from: the
+        task when there is one, else the dataset's name."""
+        return self.task if self.task is not None else self.name
 
     @property
     def train_size(self) -> int:

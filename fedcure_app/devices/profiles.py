@@ -100,6 +100,14 @@ class DeviceProfile(BaseModel):
         alias = MODEL_ALIASES.get(key)
         if alias is not None and alias in self.cycles_per_sample:
             return self.cycles_per_sample[alias]
+        if key.startswith("flops:"):
+            # a user's model, known by its training FLOPs per sample: this device's cycles for
+            # a model it knows (mnist first: mid-sized, its kernel efficiency in between),
+            # scaled by the FLOPs ratio
+            for ref in ("mnist", "cifar10", "digits"):
+                if ref in self.cycles_per_sample:
+                    return (self.cycles_per_sample[ref] * float(key[len("flops:"):])
+                            / TRAIN_FLOPS_PER_SAMPLE[ref])
         raise KeyError(
             f"device profile {self.name!r} has no cycles for model {model!r}; "
             f"it knows {', '.join(sorted(self.cycles_per_sample))}"

@@ -35,7 +35,7 @@ class DeviceProfile(_message.Message):
     def __init__(self, name: _Optional[str] = ..., f_min_ghz: _Optional[float] = ..., f_max_ghz: _Optional[float] = ..., cycles_per_sample: _Optional[_Mapping[str, float]] = ..., uplink_mbps: _Optional[float] = ..., downlink_mbps: _Optional[float] = ..., kappa: _Optional[float] = ..., jitter: _Optional[float] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
-    __slots__ = ("client_name", "label_counts", "device", "home_edge", "token", "supernode_public_key", "compute_device", "samples_per_s")
+    __slots__ = ("client_name", "label_counts", "device", "home_edge", "token", "supernode_public_key", "compute_device", "samples_per_s", "num_samples", "model_signature", "histogram_epsilon")
     CLIENT_NAME_FIELD_NUMBER: _ClassVar[int]
     LABEL_COUNTS_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
@@ -44,6 +44,9 @@ class RegisterRequest(_message.Message):
     SUPERNODE_PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
     COMPUTE_DEVICE_FIELD_NUMBER: _ClassVar[int]
     SAMPLES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    NUM_SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    MODEL_SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    HISTOGRAM_EPSILON_FIELD_NUMBER: _ClassVar[int]
     client_name: str
     label_counts: _containers.RepeatedScalarFieldContainer[int]
     device: DeviceProfile
@@ -52,7 +55,26 @@ class RegisterRequest(_message.Message):
     supernode_public_key: str
     compute_device: str
     samples_per_s: float
-    def __init__(self, client_name: _Optional[str] = ..., label_counts: _Optional[_Iterable[int]] = ..., device: _Optional[_Union[DeviceProfile, _Mapping]] = ..., home_edge: _Optional[int] = ..., token: _Optional[str] = ..., supernode_public_key: _Optional[str] = ..., compute_device: _Optional[str] = ..., samples_per_s: _Optional[float] = ...) -> None: ...
+    num_samples: int
+    model_signature: str
+    histogram_epsilon: float
+    def __init__(self, client_name: _Optional[str] = ..., label_counts: _Optional[_Iterable[int]] = ..., device: _Optional[_Union[DeviceProfile, _Mapping]] = ..., home_edge: _Optional[int] = ..., token: _Optional[str] = ..., supernode_public_key: _Optional[str] = ..., compute_device: _Optional[str] = ..., samples_per_s: _Optional[float] = ..., num_samples: _Optional[int] = ..., model_signature: _Optional[str] = ..., histogram_epsilon: _Optional[float] = ...) -> None: ...
+
+class WithdrawRequest(_message.Message):
+    __slots__ = ("client_name", "reason", "token")
+    CLIENT_NAME_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    client_name: str
+    reason: str
+    token: str
+    def __init__(self, client_name: _Optional[str] = ..., reason: _Optional[str] = ..., token: _Optional[str] = ...) -> None: ...
+
+class WithdrawReply(_message.Message):
+    __slots__ = ("expected_clients",)
+    EXPECTED_CLIENTS_FIELD_NUMBER: _ClassVar[int]
+    expected_clients: int
+    def __init__(self, expected_clients: _Optional[int] = ...) -> None: ...
 
 class RegisterReply(_message.Message):
     __slots__ = ("client_id", "edge_id", "edge_address", "num_clients", "num_edges")
@@ -99,7 +121,7 @@ class ConnectRequest(_message.Message):
     def __init__(self, edge_id: _Optional[int] = ..., address: _Optional[str] = ..., token: _Optional[str] = ...) -> None: ...
 
 class Task(_message.Message):
-    __slots__ = ("task_id", "coalition", "version", "model", "tau_e", "tau_c", "lr", "batch_size", "client_ids", "frequencies_ghz", "seed", "round", "t_hat_round_s")
+    __slots__ = ("task_id", "coalition", "version", "model", "tau_e", "tau_c", "lr", "batch_size", "client_ids", "frequencies_ghz", "seed", "round", "t_hat_round_s", "evaluate")
     class FrequenciesGhzEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -120,6 +142,7 @@ class Task(_message.Message):
     SEED_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
     T_HAT_ROUND_S_FIELD_NUMBER: _ClassVar[int]
+    EVALUATE_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     coalition: int
     version: int
@@ -133,7 +156,46 @@ class Task(_message.Message):
     seed: int
     round: int
     t_hat_round_s: float
-    def __init__(self, task_id: _Optional[str] = ..., coalition: _Optional[int] = ..., version: _Optional[int] = ..., model: _Optional[bytes] = ..., tau_e: _Optional[int] = ..., tau_c: _Optional[int] = ..., lr: _Optional[float] = ..., batch_size: _Optional[int] = ..., client_ids: _Optional[_Iterable[int]] = ..., frequencies_ghz: _Optional[_Mapping[int, float]] = ..., seed: _Optional[int] = ..., round: _Optional[int] = ..., t_hat_round_s: _Optional[float] = ...) -> None: ...
+    evaluate: bool
+    def __init__(self, task_id: _Optional[str] = ..., coalition: _Optional[int] = ..., version: _Optional[int] = ..., model: _Optional[bytes] = ..., tau_e: _Optional[int] = ..., tau_c: _Optional[int] = ..., lr: _Optional[float] = ..., batch_size: _Optional[int] = ..., client_ids: _Optional[_Iterable[int]] = ..., frequencies_ghz: _Optional[_Mapping[int, float]] = ..., seed: _Optional[int] = ..., round: _Optional[int] = ..., t_hat_round_s: _Optional[float] = ..., evaluate: _Optional[bool] = ...) -> None: ...
+
+class ClientEvaluation(_message.Message):
+    __slots__ = ("client_id", "samples", "loss_sum", "correct", "class_correct", "class_total")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    LOSS_SUM_FIELD_NUMBER: _ClassVar[int]
+    CORRECT_FIELD_NUMBER: _ClassVar[int]
+    CLASS_CORRECT_FIELD_NUMBER: _ClassVar[int]
+    CLASS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    client_id: int
+    samples: int
+    loss_sum: float
+    correct: int
+    class_correct: _containers.RepeatedScalarFieldContainer[int]
+    class_total: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, client_id: _Optional[int] = ..., samples: _Optional[int] = ..., loss_sum: _Optional[float] = ..., correct: _Optional[int] = ..., class_correct: _Optional[_Iterable[int]] = ..., class_total: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class EvaluatedRequest(_message.Message):
+    __slots__ = ("task_id", "edge_id", "version", "clients", "missing_client_ids", "token")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    EDGE_ID_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    CLIENTS_FIELD_NUMBER: _ClassVar[int]
+    MISSING_CLIENT_IDS_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    edge_id: int
+    version: int
+    clients: _containers.RepeatedCompositeFieldContainer[ClientEvaluation]
+    missing_client_ids: _containers.RepeatedScalarFieldContainer[int]
+    token: str
+    def __init__(self, task_id: _Optional[str] = ..., edge_id: _Optional[int] = ..., version: _Optional[int] = ..., clients: _Optional[_Iterable[_Union[ClientEvaluation, _Mapping]]] = ..., missing_client_ids: _Optional[_Iterable[int]] = ..., token: _Optional[str] = ...) -> None: ...
+
+class EvaluatedReply(_message.Message):
+    __slots__ = ("accepted",)
+    ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    accepted: bool
+    def __init__(self, accepted: _Optional[bool] = ...) -> None: ...
 
 class ClientStat(_message.Message):
     __slots__ = ("client_id", "edge_round", "samples", "seconds", "f_applied_ghz", "loss")

@@ -47,6 +47,11 @@ class AssociationStub:
                 request_serializer=fedcure__app_dot_protocol_dot_cloud__pb2.ClaimRequest.SerializeToString,
                 response_deserializer=fedcure__app_dot_protocol_dot_cloud__pb2.ClaimReply.FromString,
                 _registered_method=True)
+        self.Withdraw = channel.unary_unary(
+                '/fedcure.v1.Association/Withdraw',
+                request_serializer=fedcure__app_dot_protocol_dot_cloud__pb2.WithdrawRequest.SerializeToString,
+                response_deserializer=fedcure__app_dot_protocol_dot_cloud__pb2.WithdrawReply.FromString,
+                _registered_method=True)
 
 
 class AssociationServicer:
@@ -67,6 +72,12 @@ class AssociationServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Withdraw(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AssociationServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -79,6 +90,11 @@ def add_AssociationServicer_to_server(servicer, server):
                     servicer.Claim,
                     request_deserializer=fedcure__app_dot_protocol_dot_cloud__pb2.ClaimRequest.FromString,
                     response_serializer=fedcure__app_dot_protocol_dot_cloud__pb2.ClaimReply.SerializeToString,
+            ),
+            'Withdraw': grpc.unary_unary_rpc_method_handler(
+                    servicer.Withdraw,
+                    request_deserializer=fedcure__app_dot_protocol_dot_cloud__pb2.WithdrawRequest.FromString,
+                    response_serializer=fedcure__app_dot_protocol_dot_cloud__pb2.WithdrawReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -148,6 +164,33 @@ class Association:
             metadata,
             _registered_method=True)
 
+    @staticmethod
+    def Withdraw(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fedcure.v1.Association/Withdraw',
+            fedcure__app_dot_protocol_dot_cloud__pb2.WithdrawRequest.SerializeToString,
+            fedcure__app_dot_protocol_dot_cloud__pb2.WithdrawReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
 
 class EdgeLinkStub:
     """Connect: the cloud streams this ES's tasks; the stream ends (status OK) when training is over.
@@ -183,6 +226,11 @@ class EdgeLinkStub:
                 request_serializer=fedcure__app_dot_protocol_dot_cloud__pb2.ProgressRequest.SerializeToString,
                 response_deserializer=fedcure__app_dot_protocol_dot_cloud__pb2.ProgressReply.FromString,
                 _registered_method=True)
+        self.Evaluated = channel.unary_unary(
+                '/fedcure.v1.EdgeLink/Evaluated',
+                request_serializer=fedcure__app_dot_protocol_dot_cloud__pb2.EvaluatedRequest.SerializeToString,
+                response_deserializer=fedcure__app_dot_protocol_dot_cloud__pb2.EvaluatedReply.FromString,
+                _registered_method=True)
 
 
 class EdgeLinkServicer:
@@ -217,6 +265,12 @@ class EdgeLinkServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Evaluated(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_EdgeLinkServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -239,6 +293,11 @@ def add_EdgeLinkServicer_to_server(servicer, server):
                     servicer.Progress,
                     request_deserializer=fedcure__app_dot_protocol_dot_cloud__pb2.ProgressRequest.FromString,
                     response_serializer=fedcure__app_dot_protocol_dot_cloud__pb2.ProgressReply.SerializeToString,
+            ),
+            'Evaluated': grpc.unary_unary_rpc_method_handler(
+                    servicer.Evaluated,
+                    request_deserializer=fedcure__app_dot_protocol_dot_cloud__pb2.EvaluatedRequest.FromString,
+                    response_serializer=fedcure__app_dot_protocol_dot_cloud__pb2.EvaluatedReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -354,6 +413,33 @@ class EdgeLink:
             '/fedcure.v1.EdgeLink/Progress',
             fedcure__app_dot_protocol_dot_cloud__pb2.ProgressRequest.SerializeToString,
             fedcure__app_dot_protocol_dot_cloud__pb2.ProgressReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Evaluated(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fedcure.v1.EdgeLink/Evaluated',
+            fedcure__app_dot_protocol_dot_cloud__pb2.EvaluatedRequest.SerializeToString,
+            fedcure__app_dot_protocol_dot_cloud__pb2.EvaluatedReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -31,11 +31,18 @@ from fedcure_app.federation import partition_for, profiles_for
 from fedcure_app.config import FedCureConfig
 from fedcure_app.core.coalition import FormationResult
 from fedcure_app.core.divergence import average_pairwise_jsd, coalition_label_counts
-from fedcure_app.data import Dataset, load_dataset
+from fedcure_app.data.dataset import Dataset
+from fedcure_app.data.own_federation import load_federation_data
 from fedcure_app.data.partition import Partition
 from fedcure_app.devices import PopulationArrays, access_caps
 from fedcure_app.federation import build_strategy, form, prior_latency, samples_per_round
-from fedcure_app.models import build_model, get_weights, model_num_bytes, set_weights
+from fedcure_app.models import (
+    build_model,
+    cycles_key,
+    get_weights,
+    model_num_bytes,
+    set_weights,
+)
 from fedcure_app.simulation.executors import (
     ClientExecutor,
     InProcessExecutor,
@@ -95,15 +102,16 @@ def build_federation(cfg: FedCureConfig, dataset: Dataset | None = None) -> Fede
     """Load the data, partition it, form coalitions, sample devices and the initial model."""
     fed = cfg.federation
     if dataset is None:
-        dataset = load_dataset(cfg.data.dataset, cfg.data.data_dir)
+        dataset = load_federation_data(cfg)
     part = partition_for(cfg, dataset)
     assignment, formation = form(cfg, part.label_counts, part.initial_assignment)
     profiles = profiles_for(cfg)
-    population = PopulationArrays.from_profiles(profiles[: fed.num_clients], dataset.name)
+    population = PopulationArrays.from_profiles(profiles[: fed.num_clients],
+                                                cycles_key(dataset.model_spec))
     # each ES's access network caps its clients' links (docs/DESIGN.md, "Simulated devices")
     population = population.with_link_caps(access_caps(assignment, cfg.devices.edge_access_mbps))
     torch.manual_seed(cfg.run.seed)
-    model = build_model(dataset.name, dataset.num_classes)
+    model = build_model(dataset.model_spec, dataset.num_classes)
     return Federation(
         cfg=cfg, dataset=dataset, partition=part, assignment=np.asarray(assignment),
         formation=formation, population=population, model_bytes=model_num_bytes(model),
@@ -126,7 +134,7 @@ def make_inprocess_executor(federation: Federation, *,
     """The sequential executor over the federation's client data (sliced once), training on
     ``device``."""
     ds = federation.dataset
-    return InProcessExecutor(ds.name, ds.num_classes, client_tensors(federation), device=device)
+    return InProcessExecutor(ds.model_spec, ds.num_classes, client_tensors(federation), device=device)
 
 
 def arrival_diagnostics(result: EdgeResult, global_arrays: list[np.ndarray]) -> dict[str, Any]:
@@ -168,7 +176,7 @@ def make_executor(federation: Federation, workers: int | None = None, *,
         if n > 1:
             log.info("the batched executor trains in one process (--workers %d unused)", n)
         ds = federation.dataset
-        return BatchedExecutor(ds.name, ds.num_classes, client_tensors(federation),
+        return BatchedExecutor(ds.model_spec, ds.num_classes, client_tensors(federation),
                                device=device,
                                graphs=(federation.cfg.run.cuda_graphs
                                        and torch.device(device).type == "cuda"))
@@ -180,7 +188,7 @@ def make_executor(federation: Federation, workers: int | None = None, *,
         return make_inprocess_executor(federation)
     ds = federation.dataset
     test = (torch.from_numpy(ds.x_test).float(), torch.from_numpy(ds.y_test).long())
-    return ParallelExecutor(ds.name, ds.num_classes, client_tensors(federation), n,
+    return ParallelExecutor(ds.model_spec, ds.num_classes, client_tensors(federation), n,
                             test_data=test)
 
 
@@ -223,7 +231,7 @@ class SimulationEngine:
             self.cfg, federation.coalitions, federation.client_samples, federation.population,
             federation.prior_latency(), federation.initial_arrays, deployed=False)
         self._clock_rng = np.random.default_rng(derive_seed(self.cfg.run.seed, "clock"))
-        self._eval_model = build_model(federation.dataset.name,
+        self._eval_model = build_model(federation.dataset.model_spec,
                                        federation.dataset.num_classes).to(self.device)
         self._x_test = torch.from_numpy(federation.dataset.x_test).to(self.device)
         self._y_test = torch.from_numpy(federation.dataset.y_test).to(self.device)
@@ -373,6 +381,10 @@ class SimulationEngine:
         return {
             "config": self.cfg.model_dump(mode="json", by_alias=True),
             "dataset": fed.dataset.name,
+            # own data: the test split is the union of the clients' held-out parts, so its
+            # accuracy is the clients' sample-weighted (federated) accuracy
+            "evaluation": "federated" if fed.dataset.task is not None else "central",
+            "clients": list(fed.dataset.client_names) or None,
             "initial_accuracy": acc0,
             "final_accuracy": accs[-1] if accs else None,
             "best_accuracy": max(accs) if accs else None,

@@ -1,0 +1,83 @@
+"""The options that run a federation over the clients' own data (``--task``,
+``--clients-data``, ``--holdout``, ``--label-column``), shared by ``fedcure simulate`` and
+``fedcure launch``: checked before anything starts, each mistake one line naming the option."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from fedcure_app.cli.errors import UsageError
+from fedcure_app.config import ConfigError, FedCureConfig, build_config
+
+
+def add_task_options(p: argparse.ArgumentParser) -> None:
+    """Add the own-data options to a sub-command's parser."""
+    g = p.add_argument_group("own data (instead of --dataset; docs/own-data.md)")
+    g.add_argument("--task", metavar="FILE",
+                   help="task file (task.toml: classes, input shape, normalisation, model; "
+                   "`fedcure task init` writes one)")
+    g.add_argument("--clients-data", metavar="DIR",
+                   help="with --task: one entry per client (a folder of class folders, an "
+                   ".npz, a .csv, a datasets.save_to_disk folder), sorted by name; client i "
+                   "gets entry i and nothing else; the number of entries is the number of "
+                   "clients")
+    g.add_argument("--holdout", type=float,
+                   help="with --task: fraction of each client's data held out (seeded, "
+                   "stratified) for federated evaluation when it has no test/ part "
+                   "(default 0.1)")
+    g.add_argument("--label-column", help="with --task: the label column of CSV data "
+                   "(default label)")
+
+
+def apply_task(cfg: FedCureConfig, args: argparse.Namespace) -> FedCureConfig:
+    """``cfg`` with the task of ``--task`` and the clients of ``--clients-data`` (clients = the
+    number of entries; edges = --edges, else at most the configured number and the clients);
+    unchanged without ``--task``. :class:`UsageError` names the option at fault."""
+    from fedcure_app.data.errors import DatasetError
+    from fedcure_app.data.own_federation import client_entries
+    from fedcure_app.data.task import TaskFileError, load_task
+
+    task_file = getattr(args, "task", None)
+    if task_file is None:
+        for flag in ("clients_data", "holdout", "label_column"):
+            if getattr(args, flag, None) is not None:
+                raise UsageError(f"--{flag.replace('_', '-')}: only with --task")
+        return cfg
+    if getattr(args, "dataset", None):
+        raise UsageError(f"--dataset {args.dataset}: not used with --task (the task file "
+                         "names the data's classes and shape)")
+    try:
+        task = load_task(task_file)
+    except TaskFileError as err:
+        raise UsageError(f"--task: {err}") from None
+    if not args.clients_data:
+        raise UsageError("--task needs --clients-data DIR (one entry per client)")
+    try:
+        entries = client_entries(args.clients_data)
+    except DatasetError as err:
+        raise UsageError(f"--clients-data: {err}") from None
+    n = len(entries)
+    if getattr(args, "clients", None) is not None and args.clients != n:
+        raise UsageError(f"--clients {args.clients}: --clients-data {args.clients_data} holds "
+                         f"{n} client entries (leave --clients out)")
+    edges = args.edges if getattr(args, "edges", None) is not None else min(
+        cfg.federation.num_edges, n)
+    if edges > n:
+        raise UsageError(f"--edges ({edges}) > the {n} clients of --clients-data: every edge "
+                         "server needs at least one client")
+    data: dict[str, Any] = cfg.model_dump()
+    data["task"] = task.model_dump()
+    data["federation"].update(num_clients=n, num_edges=edges, num_classes=task.num_classes)
+    data["data"]["clients_data"] = str(args.clients_data)
+    if args.holdout is not None:
+        data["data"]["holdout"] = args.holdout
+    if args.label_column is not None:
+        data["data"]["label_column"] = args.label_column
+    try:
+        return build_config(data)
+    except ConfigError as err:
+        raise UsageError(str(err)) from None
+
+
+__all__ = ["add_task_options", "apply_task"]

@@ -1,0 +1,115 @@
+"""A federation over the clients' own data (``--task`` with ``--clients-data DIR``).
+
+``DIR`` holds one entry per client (a folder of class folders, an ``.npz``, a ``.csv`` or a
+``datasets.save_to_disk`` folder), taken in sorted name order: client i is entry i and trains on
+nothing else. No partition is cut: the partition is who holds what. The simulation concatenates
+the clients' training parts (``Dataset.client_indices`` says whose is whose) and evaluates on
+the union of their held-out parts, which is exactly the sample-weighted mean of every client
+evaluating the model on its own held-out part (federated evaluation). Each client's hold-out is
+drawn with the run's seed, as a deployed client reading the same entry draws it.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedcure_app.data.dataset import Dataset
+from fedcure_app.data.errors import CorruptDatasetError, MissingDatasetError
+
+log = logging.getLogger(__name__)
+
+#: file suffixes a client entry may have (folders are taken as they are)
+ENTRY_SUFFIXES: tuple[str, ...] = (".npz", ".csv")
+
+
+def client_entries(clients_dir: str | Path) -> list[Path]:
+    """The client entries of ``clients_dir`` in sorted name order: its folders and its ``.npz``
+    / ``.csv`` files, hidden names left out; :class:`MissingDatasetError` when there is none."""
+    root = Path(clients_dir).expanduser()
+    if not root.is_dir():
+        raise MissingDatasetError(f"clients-data {root}: not a folder (it holds one entry per "
+                                  "client)")
+    entries = sorted((p for p in root.iterdir() if not p.name.startswith(".")
+                      and (p.is_dir() or p.suffix.lower() in ENTRY_SUFFIXES)),
+                     key=lambda p: p.name)
+    if not entries:
+        raise MissingDatasetError(f"clients-data {root}: no client folders, .npz or .csv files")
+    return entries
+
+
+def initial_edges(num_clients: int, num_edges: int) -> np.ndarray:
+    """Each client's initial ES when the clients bring their own data: contiguous blocks in
+    client (name) order, client i on ES ⌊i·M/N⌋, so every ES gets ⌊N/M⌋ or ⌈N/M⌉ clients."""
+    return (np.arange(num_clients, dtype=np.int64) * num_edges) // max(1, num_clients)
+
+
+def load_own_dataset(task: Any, clients_dir: str | Path, *, holdout: float, seed: int,
+                     label_column: str = "label") -> Dataset:
+    """Every client entry of ``clients_dir`` read under ``task``, as one :class:`Dataset`
+    (normalised float32) whose ``client_indices`` give each client its own samples and whose
+    test split is the union of the clients' held-out parts."""
+    from fedcure_app.data.own import normalise_x, read_client_data
+
+    entries = client_entries(clients_dir)
+    parts = []
+    for entry in entries:
+        part = read_client_data(entry, task, label_column=label_column, holdout=holdout,
+                                seed=seed)
+        if len(part.y_train) == 0:
+            raise CorruptDatasetError(f"{entry}: no training samples left after the hold-out")
+        parts.append(part)
+    sizes = np.array([len(p.y_train) for p in parts], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    x_train = normalise_x(np.concatenate([p.x_train for p in parts]), task)
+    y_train = np.concatenate([p.y_train for p in parts]).astype(np.int64)
+    tests = [p for p in parts if len(p.y_test)]
+    if not tests:
+        raise CorruptDatasetError(f"clients-data {clients_dir}: no client has a held-out part "
+                                  "to evaluate on (set holdout > 0, or give test/ folders)")
+    x_test = normalise_x(np.concatenate([p.x_test for p in tests]), task)
+    y_test = np.concatenate([p.y_test for p in tests]).astype(np.int64)
+    log.info("own data: %d clients, %d training and %d held-out samples from %s", len(parts),
+             int(sizes.sum()), len(y_test), clients_dir)
+    return Dataset(
+        name="task", x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test,
+        num_classes=task.num_classes, input_shape=tuple(task.sample_shape),  # type: ignore
+        class_names=tuple(task.classes), source=f"{len(parts)} clients in {clients_dir}",
+        mean=task.mean_values, std=task.std_values, task=task,
+        client_indices=[np.arange(starts[i], starts[i + 1], dtype=np.int64)
+                        for i in range(len(parts))],
+        client_names=tuple(e.name for e in entries))
+
+
+def given_partition(dataset: Dataset, num_edges: int, seed: int) -> Any:
+    """The :class:`~fedcure_app.data.partition.Partition` of a dataset whose clients brought
+    their own data (``dataset.client_indices``), with :func:`initial_edges`."""
+    from fedcure_app.data.partition import Partition
+
+    idx = dataset.client_indices or []
+    counts = np.stack([np.bincount(dataset.y_train[ix], minlength=dataset.num_classes)
+                       for ix in idx]).astype(np.int64)
+    return Partition(scheme="own", client_indices=list(idx), label_counts=counts,
+                     initial_assignment=initial_edges(len(idx), num_edges),
+                     num_edges=num_edges, seed=seed)
+
+
+def load_federation_data(cfg: Any) -> Dataset:
+    """The data of a run: the clients' own (``cfg.task`` with ``data.clients_data``) or the
+    built-in dataset ``data.dataset``."""
+    if cfg.task is None:
+        from fedcure_app.data.loader import load_dataset
+
+        return load_dataset(cfg.data.dataset, cfg.data.data_dir)
+    if not cfg.data.clients_data:
+        raise MissingDatasetError("a task needs clients-data: the folder holding each "
+                                  "client's data")
+    return load_own_dataset(cfg.task, cfg.data.clients_data, holdout=cfg.data.holdout,
+                            seed=cfg.run.seed, label_column=cfg.data.label_column)
+
+
+__all__ = ["ENTRY_SUFFIXES", "client_entries", "given_partition", "initial_edges",
+           "load_federation_data", "load_own_dataset"]
