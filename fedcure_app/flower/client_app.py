@@ -139,10 +139,10 @@ def client_state(cfg: FedCureConfig) -> _ClientState:
     with _lock:
         state = _states.get(key)
         if state is None:
-            from fedcure_app.data import load_dataset
+            from fedcure_app.data.own_federation import load_federation_data
             from fedcure_app.federation import partition_for, profiles_for
 
-            dataset = load_dataset(cfg.data.dataset, cfg.data.data_dir)
+            dataset = load_federation_data(cfg)
             part = partition_for(cfg, dataset)
             state = _ClientState(
                 cfg=cfg,
@@ -150,7 +150,7 @@ def client_state(cfg: FedCureConfig) -> _ClientState:
                 dataset=dataset,
                 client_indices=[np.asarray(ix) for ix in part.client_indices],
                 profiles=profiles_for(cfg),
-                model=build_model(dataset.name, dataset.num_classes),
+                model=build_model(dataset.model_spec, dataset.num_classes),
             )
             _states.clear()  # one run at a time per process: drop the previous run's data
             _states[key] = state
@@ -268,8 +268,13 @@ def _load_parts(path: str, device: str = "cpu"
 
     data = load_node_data(path)
     dev = resolve_device(device)
+    spec: Any = data.dataset
+    if data.task is not None:  # own data: the run's task names the model
+        from fedcure_app.data.task import parse_task
+
+        spec = parse_task(data.task, f"{path}: task")
     return _held_once((data, torch.from_numpy(data.x).to(dev), torch.from_numpy(data.y).to(dev),
-                       build_model(data.dataset, data.num_classes).to(dev)))
+                       build_model(spec, data.num_classes).to(dev)))
 
 
 def _held_once(parts: tuple[Any, torch.Tensor, torch.Tensor, torch.nn.Module]

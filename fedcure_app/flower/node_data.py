@@ -6,9 +6,11 @@ message) loads it instead of re-reading and re-partitioning the dataset.
 
 Format: a NumPy ``.npz`` with arrays ``x`` (N×C×H×W: uint8 pixels as the dataset stores them,
 normalised per batch by the trainer (:class:`fedcure_app.training.PixelNorm`), or float32
-already normalised), ``y`` (int64, N) and ``meta``
+already normalised), ``y`` (int64, N), optionally ``x_test``/``y_test`` (own data: the held-out
+part the client evaluates global models on, federated evaluation) and ``meta``
 (a 0-d unicode array holding JSON: ``dataset``, ``num_classes``, ``client_name``,
 ``partition_id``, ``profile`` (a :class:`~fedcure_app.devices.DeviceProfile` as a dict),
+``task`` (own data: the run's task as a dict, from which the trainer builds the model),
 ``format`` = ``"fedcure-node-data/1"`` and, with uint8 pixels, ``pixel_norm``: the per-channel
 ``scale`` and ``shift`` the trainer normalises them with, so that it need not import the dataset
 readers).
@@ -53,6 +55,13 @@ class NodeData:
     #: per-channel (scale, shift) that normalise uint8 ``x`` as x·scale − shift (float32 values,
     #: :func:`fedcure_app.data.dataset.norm_constants`); None: the dataset's, or ``x`` is float32
     pixel_norm: tuple[tuple[float, ...], tuple[float, ...]] | None = None
+    #: the client's held-out part for federated evaluation (same dtype and normalisation as
+    #: ``x``), own data only; None: the client evaluates nothing
+    x_test: np.ndarray | None = None
+    y_test: np.ndarray | None = None
+    #: the run's task (:class:`fedcure_app.data.task.TaskConfig` as a JSON dict) when the
+    #: client trains on its own data: the trainer builds the task's model from it
+    task: dict[str, Any] | None = None
 
     @property
     def label_counts(self) -> np.ndarray:
@@ -76,10 +85,16 @@ def save_node_data(path: str | Path, data: NodeData) -> Path:
     if data.pixel_norm is not None:
         meta["pixel_norm"] = {"scale": [float(v) for v in data.pixel_norm[0]],
                               "shift": [float(v) for v in data.pixel_norm[1]]}
+    if data.task is not None:
+        meta["task"] = data.task
     tmp = p.with_name(p.name + ".tmp.npz")
     x_dtype = np.uint8 if data.x.dtype == np.uint8 else np.float32
-    np.savez(tmp, x=np.ascontiguousarray(data.x, dtype=x_dtype),
-             y=np.ascontiguousarray(data.y, dtype=np.int64), meta=np.array(json.dumps(meta)))
+    arrays = {"x": np.ascontiguousarray(data.x, dtype=x_dtype),
+              "y": np.ascontiguousarray(data.y, dtype=np.int64)}
+    if data.x_test is not None and data.y_test is not None:
+        arrays["x_test"] = np.ascontiguousarray(data.x_test, dtype=x_dtype)
+        arrays["y_test"] = np.ascontiguousarray(data.y_test, dtype=np.int64)
+    np.savez(tmp, **arrays, meta=np.array(json.dumps(meta)))
     os.replace(tmp, p)
     return p
 
@@ -92,6 +107,8 @@ def load_node_data(path: str | Path) -> NodeData:
     try:
         with np.load(p, allow_pickle=False) as z:
             x, y, meta_raw = z["x"], z["y"], str(z["meta"])
+            x_test = z["x_test"] if "x_test" in z.files else None
+            y_test = z["y_test"] if "y_test" in z.files else None
     except FileNotFoundError:
         raise NodeDataError(f"node data file {p} not found") from None
     except (OSError, KeyError, ValueError) as err:
@@ -109,7 +126,8 @@ def load_node_data(path: str | Path) -> NodeData:
                        partition_id=int(meta["partition_id"]), profile=profile,
                        pixel_norm=None if norm is None else (
                            tuple(float(v) for v in norm["scale"]),
-                           tuple(float(v) for v in norm["shift"])))
+                           tuple(float(v) for v in norm["shift"])),
+                       x_test=x_test, y_test=y_test, task=meta.get("task"))
     except NodeDataError:
         raise
     except (KeyError, TypeError, ValueError) as err:
