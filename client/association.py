@@ -19,11 +19,20 @@ class ClientError(RuntimeError):
     """The client cannot go on (one line)."""
 
 
-def _rpc_error(err: Any, address: str, what: str) -> ClientError:
+def _rpc_error(err: Any, address: str, what: str,
+               args: argparse.Namespace | None = None) -> Exception:
+    """One line for a failed call; a TLS mismatch (probed when ``args`` is given) is a
+    ``ChannelSecurityError`` naming the option that fixes it."""
     import grpc
+
+    from fedcure_app.protocol.channel import ChannelSecurityError, security_mismatch
 
     code = err.code()
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+        why = args is not None and security_mismatch(address, insecure=args.insecure,
+                                                     tls_ca=args.tls_ca)
+        if why:
+            return ChannelSecurityError(why)
         return ClientError(f"cannot reach the cloud at {address} ({what}: {err.details()}); "
                            "wrong address, or the cloud is not running")
     return ClientError(f"the cloud refused {what} ({code.name}: {err.details()})")
@@ -51,7 +60,7 @@ def claim(stub: Any, args: argparse.Namespace, name: str, stop: threading.Event)
     try:
         return call(stub.Claim, req, args.connect_timeout, stop)
     except grpc.RpcError as err:
-        raise _rpc_error(err, args.cloud, "Claim") from None
+        raise _rpc_error(err, args.cloud, "Claim", args) from None
 
 
 def config_of(reply: Any, args: argparse.Namespace) -> Any:
@@ -124,5 +133,5 @@ def register(stub: Any, args: argparse.Namespace, name: str, data: Any, home: in
             if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
                 log.info("still waiting for coalition formation: %s", err.details())
                 continue
-            raise _rpc_error(err, args.cloud, "Register") from None
+            raise _rpc_error(err, args.cloud, "Register", args) from None
     return None

@@ -164,7 +164,7 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
     from fedcure_app.runtime.processes import Child, flower_env, free_port, split_address
     from fedcure_app.protocol import cloud_pb2 as pb
     from fedcure_app.protocol import cloud_pb2_grpc as pb_grpc
-    from fedcure_app.protocol.channel import open_channel
+    from fedcure_app.protocol.channel import check_security, open_channel
 
     if not args.cloud:
         raise UsageError("--cloud HOST:PORT is required (or --probe)")
@@ -199,6 +199,8 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
     executor: Child | None = None
     reg: Any = None
     try:
+        # a TLS mismatch is said within seconds, not after --connect-timeout
+        check_security(channel, args.cloud, insecure=args.insecure, tls_ca=args.tls_ca)
         assoc = pb_grpc.AssociationStub(channel)
         reply = claim(assoc, args, name, stop)
         if reply is None:

@@ -124,18 +124,31 @@ def _check_files(args: argparse.Namespace) -> Any:
                     key=str(Path(args.tls_key).resolve()), ca=str(Path(args.tls_ca).resolve()))
 
 
-def check_cloud(address: str, channel: Any, timeout_s: float) -> None:
-    """Wait up to ``timeout_s`` for the cloud to answer ``Monitor.Status``; one-line error."""
+def check_cloud(address: str, channel: Any, timeout_s: float, *, insecure: bool | None = None,
+                tls_ca: str | None = None) -> None:
+    """Wait up to ``timeout_s`` for the cloud to answer ``Monitor.Status``; one-line error.
+    With ``insecure`` given, a TLS mismatch is a ``ChannelSecurityError`` within seconds."""
     import grpc
 
     from fedcure_app.protocol import cloud_pb2 as pb
     from fedcure_app.protocol import cloud_pb2_grpc as pb_grpc
+    from fedcure_app.protocol.channel import (
+        ChannelSecurityError,
+        check_security,
+        security_mismatch,
+    )
 
+    if insecure is not None:
+        check_security(channel, address, insecure=insecure, tls_ca=tls_ca, role="edge")
     stub = pb_grpc.MonitorStub(channel)
     try:
         stub.Status(pb.StatusRequest(), timeout=timeout_s, wait_for_ready=True)
     except grpc.RpcError as err:
         code = err.code()
+        why = insecure is not None and security_mismatch(address, insecure=insecure,
+                                                         tls_ca=tls_ca, role="edge")
+        if why:  # the cloud came up late, speaking another security
+            raise ChannelSecurityError(why) from None
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
             raise ConnectionError(f"cannot reach the cloud at {address} within {timeout_s:.0f} s "
                                   "(wrong address, or the cloud is not running)") from None
@@ -249,7 +262,8 @@ def run_edge(args: argparse.Namespace, stop: threading.Event) -> int:
         (work / name).unlink(missing_ok=True)
     channel = open_cloud_channel(settings)
     try:
-        check_cloud(args.cloud, channel, args.connect_timeout)
+        check_cloud(args.cloud, channel, args.connect_timeout, insecure=args.insecure,
+                    tls_ca=args.tls_ca)
     except BaseException:
         channel.close()
         raise
