@@ -17,3 +17,8 @@ class MissingDatasetError(DatasetError):
 
 class CorruptDatasetError(DatasetError):
     """A dataset file exists but cannot be parsed (bad magic, wrong length, bad compression…)."""
+
+
+class ClientDataError(DatasetError):
+    """A client's own data (``fedcure-client --data PATH``) cannot be used for the task: one
+    line naming the file, row, column or class at fault (:mod:`fedcure_app.data.own`)."""

@@ -1,0 +1,249 @@
+"""A client's own data, read for a task (:class:`~fedcure_app.data.task.TaskConfig`).
+
+``read_client_data(PATH, task)`` reads one client's data in any of four formats: a folder of
+class folders (``<class>/*.{png,jpg,jpeg}``, optionally under ``train/`` and ``test/``), an
+``.npz`` with ``x`` and ``y``, a CSV with a header and a label column, or a Hugging Face
+``datasets.save_to_disk`` folder. Every label maps to the task's class list BY NAME, so two
+clients holding different class subsets agree on every shared class's index. Images come back
+as uint8 (N, C, H, W) of the task's shape, table rows as raw float32 (N, F); normalisation is
+:func:`normalise_x` (or :func:`pixel_norm` per batch). Without a test part a seeded, stratified
+fraction is held out (:func:`stratified_holdout`). Everything a client cannot use is refused
+before any training, as one line naming the file, row, column or class
+(:class:`ClientDataError`). :func:`infer_task` writes a task from clients' data
+(``fedcure task init``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from fedcure_app.data import own_hf, own_images, own_tables
+from fedcure_app.data.errors import ClientDataError
+from fedcure_app.data.task import TaskConfig
+
+log = logging.getLogger(__name__)
+
+#: Data file suffixes a client PATH may name (or a folder may hold as its only file).
+DATA_SUFFIXES: tuple[str, ...] = (".csv", ".npz")
+#: Parts of a client's data: (x as stored or decoded, class name of each sample).
+Parts = dict[str, tuple[np.ndarray, np.ndarray]]
+
+
+@dataclass(frozen=True, eq=False)
+class ClientData:
+    """One client's data for a task. ``x``: uint8 (N, C, H, W) pixels 0..255 (image task) or
+    raw float32 (N, F) features (tabular task), not normalised; ``y``: int64 indices into
+    ``task.classes``. The test part is empty (0 rows) only when the source has none and the
+    hold-out fraction is 0. ``source``: the file or folder read; ``format``: folders, npz,
+    csv or datasets."""
+
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    source: str
+    format: str
+
+    @property
+    def train_size(self) -> int:
+        return int(len(self.y_train))
+
+    def label_counts(self, num_classes: int, part: str = "train") -> np.ndarray:
+        """Samples per class (int64, ``num_classes``) of the ``train`` or ``test`` part."""
+        y = self.y_train if part == "train" else self.y_test
+        return np.bincount(y, minlength=num_classes).astype(np.int64)
+
+
+def resolve(path: str | Path) -> tuple[Path, str]:
+    """The file or folder to read and its format (folders, npz, csv, datasets). A folder whose
+    only entry is one ``.csv``/``.npz`` file stands for that file. Refused: PATH missing or
+    empty, or a file of another kind."""
+    p = Path(path)
+    if not p.exists():
+        raise ClientDataError(f"{p}: no such file or folder")
+    if p.is_file():
+        fmt = p.suffix.lower().lstrip(".")
+        if fmt not in ("csv", "npz"):
+            raise ClientDataError(f"{p}: not a .csv or .npz file (nor a folder of class "
+                                  "folders or a datasets folder)")
+        if p.stat().st_size == 0:
+            raise ClientDataError(f"{p}: empty file")
+        return p, fmt
+    if own_hf.is_hf_folder(p):
+        return p, "datasets"
+    entries = own_images.visible(p)
+    if not entries:
+        raise ClientDataError(f"{p}: empty folder")
+    if len(entries) == 1 and entries[0].is_file() and entries[0].suffix.lower() in DATA_SUFFIXES:
+        return resolve(entries[0])
+    return p, "folders"
+
+
+def _need(task: TaskConfig, kind: str, where: str, what: str) -> None:
+    if task.kind != kind:
+        raise ClientDataError(f"{where}: {what}, the task's kind is {task.kind}")
+
+
+def read_parts(path: Path, fmt: str, task: TaskConfig, label_column: str = "label") -> Parts:
+    """Every part of one client's data as the task takes it (x typed and shaped, names not yet
+    mapped)."""
+    where = str(path)
+    if fmt == "folders":
+        _need(task, "image", where, "a folder of image class folders")
+        listed = own_images.image_parts(path)
+        for paths, names in listed.values():  # an unknown class before decoding anything
+            check_classes(np.asarray(names, dtype=str), task,
+                          lambda name, p=paths, n=names: str(p[n.index(name)].parent))
+        return {part: (own_images.decode_files(paths, task.sample_shape, task.resize),
+                       np.asarray(names, dtype=str))
+                for part, (paths, names) in listed.items()}
+    if fmt == "csv":
+        _need(task, "tabular", where, "a CSV holds table rows")
+        x, names, _ = own_tables.read_csv(path, label_column)
+        if x.shape[1] != task.features:
+            raise ClientDataError(f"{where}: {x.shape[1]} feature columns (besides "
+                                  f"{label_column!r}), the task has features = {task.features}")
+        return {"train": (x, np.asarray(names, dtype=str))}
+    if fmt == "npz":
+        out: Parts = {}
+        for part, (x, names) in own_tables.read_npz(path, task.classes).items():
+            if task.kind == "image":
+                x = own_images.pixel_array(x, task.sample_shape, task.resize, where)
+            else:
+                x = own_tables.table_array(x, task.features, where)
+            out[part] = (x, names)
+        return out
+    return _read_datasets(path, task, label_column)
+
+
+def _read_datasets(path: Path, task: TaskConfig, label_column: str) -> Parts:
+    out: Parts = {}
+    for part, ds in own_hf.load_parts(path).items():
+        where = f"{path} ({part})"
+        names = own_hf.label_names(ds, label_column, where)
+        column = own_hf.image_column(ds)
+        if task.kind == "image":
+            if column is None:
+                raise ClientDataError(f"{where}: no image column, the task's kind is image")
+            check_classes(names, task, lambda _n: where)
+            x = own_images.decode_pils(own_hf.images(ds, column, where), len(ds),
+                                       task.sample_shape, task.resize, where)
+        else:
+            if column is not None:
+                raise ClientDataError(f"{where}: an image column ({column}), the task's kind "
+                                      "is tabular")
+            raw = own_hf.table(ds, own_hf.feature_columns(ds, label_column), where)
+            x = own_tables.table_array(raw, task.features, where)
+        out[part] = (x, names)
+    return out
+
+
+def check_classes(names: np.ndarray, task: TaskConfig, where_of) -> np.ndarray:
+    """``names`` as int64 indices into ``task.classes``; a name the task lacks is refused
+    naming it and ``where_of(name)`` (the folder or file holding it)."""
+    lookup = {c: i for i, c in enumerate(task.classes)}
+    uniq, inverse = np.unique(names, return_inverse=True)
+    for name in uniq.tolist():
+        if name not in lookup:
+            shown = ", ".join(task.classes[:8]) + (", …" if task.num_classes > 8 else "")
+            raise ClientDataError(f"{where_of(name)}: class {name!r} is not in the task's "
+                                  f"classes ({shown})")
+    table = np.asarray([lookup[n] for n in uniq.tolist()], dtype=np.int64)
+    return table[inverse.reshape(-1)] if len(uniq) else np.zeros(0, dtype=np.int64)
+
+
+def stratified_holdout(y: np.ndarray, fraction: float, seed: int
+                       ) -> tuple[np.ndarray, np.ndarray]:
+    """Split sample indices into (train, test): disjoint, sorted int64 arrays covering
+    ``range(len(y))``. Each class of n samples gives round(fraction·n) to the test part, at
+    least 1 and at most n − 1 when n ≥ 2 (a single sample stays in training); the samples are
+    drawn by a generator seeded with ``seed``, so the split is a function of (y, fraction,
+    seed). ``fraction`` in [0, 1); 0 gives an empty test part."""
+    if not 0.0 <= fraction < 1.0:
+        raise ValueError(f"hold-out fraction must be in [0, 1) (got {fraction})")
+    y = np.asarray(y)
+    test_mask = np.zeros(len(y), dtype=bool)
+    if fraction > 0:
+        rng = np.random.default_rng(seed)
+        for cls in np.unique(y):
+            idx = np.flatnonzero(y == cls)
+            n = len(idx)
+            k = min(max(int(round(fraction * n)), 1), n - 1) if n >= 2 else 0
+            if k:
+                test_mask[rng.permutation(idx)[:k]] = True
+    return (np.flatnonzero(~test_mask).astype(np.int64),
+            np.flatnonzero(test_mask).astype(np.int64))
+
+
+def read_client_data(path: str | Path, task: TaskConfig, *, label_column: str = "label",
+                     holdout: float = 0.1, seed: int = 0) -> ClientData:
+    """One client's data at ``path`` for ``task`` (see the module doc for the formats): a
+    ``test`` part of the source is the test part; without one, :func:`stratified_holdout`
+    keeps the fraction ``holdout`` (seeded by ``seed``) for evaluation. Refusals are
+    :class:`ClientDataError` in one line."""
+    if not 0.0 <= holdout < 1.0:
+        raise ValueError(f"hold-out fraction must be in [0, 1) (got {holdout})")
+    source, fmt = resolve(path)
+    parts = read_parts(source, fmt, task, label_column)
+    ys = {part: check_classes(names, task, lambda _n, s=source: str(s))
+          for part, (_, names) in parts.items()}
+    x_train, y_train = parts["train"][0], ys["train"]
+    if "test" in parts:
+        x_test, y_test = parts["test"][0], ys["test"]
+    else:
+        tr, te = stratified_holdout(y_train, holdout, seed)
+        x_test, y_test = x_train[te], y_train[te]
+        x_train, y_train = x_train[tr], y_train[tr]
+    if not len(y_train):
+        raise ClientDataError(f"{source}: no training samples")
+    log.info("%s (%s): %d training and %d test samples, %d classes", source, fmt,
+             len(y_train), len(y_test), len(np.unique(y_train)))
+    return ClientData(np.ascontiguousarray(x_train), y_train, np.ascontiguousarray(x_test),
+                      y_test, str(source), fmt)
+
+
+def pixel_norm(task: TaskConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Per-channel (image) or per-feature (tabular) float32 ``(scale, shift)`` with
+    x_norm = x·scale − shift: scale = 1/(p·std), shift = mean/std, with p = 255 for uint8
+    pixels and 1 for features (the convention of
+    :func:`fedcure_app.data.dataset.norm_constants`, which
+    :class:`fedcure_app.training.PixelNorm` applies per batch)."""
+    p = 255.0 if task.kind == "image" else 1.0
+    scale = np.asarray([1.0 / (p * s) for s in task.std_values], dtype=np.float32)
+    shift = np.asarray([m / s for m, s in zip(task.mean_values, task.std_values)],
+                       dtype=np.float32)
+    return scale, shift
+
+
+def normalise_x(x: np.ndarray, task: TaskConfig) -> np.ndarray:
+    """uint8 (N, C, H, W) -> float32 (x/255 − mean_c)/std_c, or (N, F) -> (x − mean_f)/std_f,
+    computed as x·scale − shift (:func:`pixel_norm`) so a per-batch normalisation gives the
+    same float32 values."""
+    scale, shift = pixel_norm(task)
+    out = np.asarray(x).astype(np.float32)
+    if task.kind == "image":
+        out *= scale[None, :, None, None]
+        out -= shift[None, :, None, None]
+    else:
+        out *= scale[None, :]
+        out -= shift[None, :]
+    return out
+
+
+def infer_task(path: str | Path, model: str | None = None, *, label_column: str = "label"
+               ) -> tuple[TaskConfig, dict]:
+    """A task for the data at ``path`` (a folder of client folders or files, or one client's
+    data) and a summary of what was found (``fedcure task init``); see
+    :mod:`fedcure_app.data.own_infer`."""
+    from fedcure_app.data.own_infer import infer
+
+    return infer(path, model, label_column=label_column)
+
+
+__all__ = ["ClientData", "ClientDataError", "DATA_SUFFIXES", "check_classes", "infer_task",
+           "normalise_x", "pixel_norm", "read_client_data", "read_parts", "resolve",
+           "stratified_holdout"]

@@ -1,0 +1,182 @@
+"""A task inferred from clients' own data (``fedcure task init``).
+
+PATH is a folder of client entries (each one client's data in any format of
+:mod:`fedcure_app.data.own`: a folder, a ``.csv`` or an ``.npz``) or one client's data. A first
+pass reads only what is cheap (image headers, labels, array shapes): the kind, the union of
+class names (sorted by name), the input shape (C: 1 when every image is greyscale, else 3; H×W
+the most common size) or the feature count. A second pass reads every client for that task
+and computes the mean and standard deviation per channel (pixels on the [0, 1] scale) or per
+feature over all clients' training data (their ``test/`` parts left out).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from fedcure_app.data import own, own_hf, own_images, own_tables
+from fedcure_app.data.errors import ClientDataError
+from fedcure_app.data.own_federation import client_entries
+from fedcure_app.data.task import TaskConfig, parse_task
+
+#: Pillow modes of one channel (anything else counts as colour).
+GREY_MODES = frozenset({"1", "L", "LA", "La", "I", "I;16", "I;16B", "I;16L", "I;16N", "F"})
+_CHUNK = 512
+
+
+@dataclass
+class Survey:
+    """What the cheap pass found in one client's data."""
+
+    name: str
+    source: Path
+    format: str
+    kind: str
+    train: Counter = field(default_factory=Counter)
+    test: Counter = field(default_factory=Counter)
+    modes: Counter = field(default_factory=Counter)
+    sizes: Counter = field(default_factory=Counter)  # (width, height) -> images
+    features: int | None = None
+
+
+def is_client_data(path: Path) -> bool:
+    """Whether ``path`` is one client's data rather than a folder of client entries."""
+    return (path.is_file() or own_hf.is_hf_folder(path)
+            or own_images.split_folders(path) is not None
+            or own_images.has_class_folders(path))
+
+
+def _survey_images(s: Survey, headers) -> None:
+    for mode, size in headers:
+        s.modes[mode] += 1
+        s.sizes[size] += 1
+
+
+def survey(path: Path, label_column: str = "label") -> Survey:
+    """The cheap pass over one client's data."""
+    source, fmt = own.resolve(path)
+    where = str(source)
+    if fmt == "folders":
+        s = Survey(path.name, source, fmt, "image")
+        for part, (paths, names) in own_images.image_parts(source).items():
+            getattr(s, part).update(names)
+            _survey_images(s, (own_images.header(p) for p in paths))
+        return s
+    if fmt == "csv":
+        _, names, columns = own_tables.read_csv(source, label_column)
+        s = Survey(path.name, source, fmt, "tabular", features=len(columns))
+        s.train.update(names)
+        return s
+    if fmt == "npz":
+        s = Survey(path.name, source, fmt, "image")
+        for part, (x, names) in own_tables.read_npz(source).items():
+            getattr(s, part).update(names.tolist())
+            if x.ndim == 2:
+                s.kind, s.features = "tabular", int(x.shape[1])
+                continue
+            chw = own_images.nchw_layout(x, where)
+            s.modes[own_images.MODES.get(chw.shape[1], f"{chw.shape[1]} channels")] += len(x)
+            s.sizes[(int(chw.shape[3]), int(chw.shape[2]))] += len(x)
+        return s
+    s = Survey(path.name, source, fmt, "image")
+    for part, ds in own_hf.load_parts(source).items():
+        getattr(s, part).update(own_hf.label_names(ds, label_column, where).tolist())
+        column = own_hf.image_column(ds)
+        if column is None:
+            s.kind = "tabular"
+            s.features = len(own_hf.feature_columns(ds, label_column))
+        else:
+            _survey_images(s, own_hf.image_headers(ds, column, where))
+    return s
+
+
+def _shape(surveys: list[Survey]) -> dict:
+    """``kind`` and ``input-shape`` or ``features`` agreed by every client."""
+    kinds = {s.kind for s in surveys}
+    if len(kinds) > 1:
+        img = next(s for s in surveys if s.kind == "image")
+        tab = next(s for s in surveys if s.kind == "tabular")
+        raise ClientDataError(f"{img.source} holds images but {tab.source} holds table rows; "
+                              "one task has one kind of data")
+    if kinds == {"tabular"}:
+        widths = Counter(s.features for s in surveys)
+        if len(widths) > 1:
+            a, b = (next(s for s in surveys if s.features == w) for w in list(widths)[:2])
+            raise ClientDataError(f"{a.source} has {a.features} features, {b.source} has "
+                                  f"{b.features}")
+        return {"kind": "tabular", "features": next(iter(widths))}
+    modes = sum((s.modes for s in surveys), Counter())
+    sizes = sum((s.sizes for s in surveys), Counter())
+    channels = 1 if all(m in GREY_MODES for m in modes) else 3
+    (w, h), _ = max(sizes.items(), key=lambda kv: (kv[1], kv[0][0] * kv[0][1], kv[0]))
+    return {"kind": "image", "input-shape": [channels, h, w]}
+
+
+def _stats(task: TaskConfig, surveys: list[Survey], label_column: str
+           ) -> tuple[list[float], list[float]]:
+    """Mean and standard deviation per channel ([0, 1] pixels) or feature over every client's
+    training data (float64 sums, chunked)."""
+    width = task.sample_shape[0]
+    total = np.zeros(width)
+    squares = np.zeros(width)
+    count = 0
+    for s in surveys:
+        parts = own.read_parts(s.source, s.format, task, label_column)
+        x = parts["train"][0]
+        for start in range(0, len(x), _CHUNK):
+            block = x[start:start + _CHUNK].astype(np.float64)
+            if task.kind == "image":
+                block = block.transpose(1, 0, 2, 3).reshape(width, -1) / 255.0
+            else:
+                block = block.T
+            total += block.sum(axis=1)
+            squares += (block * block).sum(axis=1)
+            count += block.shape[1]
+    mean = total / max(count, 1)
+    std = np.sqrt(np.maximum(squares / max(count, 1) - mean * mean, 0.0))
+    return ([_short(m) for m in mean],
+            [_short(v) if v > 1e-12 and math.isfinite(v) else 1.0 for v in std])
+
+
+def _short(v: float) -> float:
+    """Six significant digits (a readable task file)."""
+    return float(f"{float(v):.6g}")
+
+
+def infer(path: str | Path, model: str | None = None, *, label_column: str = "label"
+          ) -> tuple[TaskConfig, dict]:
+    """The task and a summary (clients, their formats, samples and classes, image sizes and
+    modes seen) for ``fedcure task init``."""
+    root = Path(path)
+    if not root.exists():
+        raise ClientDataError(f"{root}: no such file or folder")
+    single = is_client_data(root)
+    entries = [root] if single else client_entries(root)
+    surveys = [survey(e, label_column) for e in entries]
+    classes = sorted(set().union(*(s.train.keys() | s.test.keys() for s in surveys)))
+    if len(classes) < 2:
+        raise ClientDataError(f"{root}: {len(classes)} class ({', '.join(classes)}) in all "
+                              "the data; a task needs at least 2")
+    fields = {**_shape(surveys), "classes": classes, "model": model or ""}
+    reading = parse_task({**fields, "resize": fields["kind"] == "image"}, "task init")
+    mean, std = _stats(reading, surveys, label_column)
+    task = parse_task({**fields, "mean": mean, "std": std}, "task init")
+    summary = {
+        "path": str(root),
+        "kind": task.kind,
+        "classes": classes,
+        "clients": [{"name": s.name, "source": str(s.source), "format": s.format,
+                     "train": sum(s.train.values()), "test": sum(s.test.values()),
+                     "classes": dict(sorted((s.train + s.test).items()))} for s in surveys],
+        "sizes": {f"{w}×{h}": n for (w, h), n in sorted(
+            sum((s.sizes for s in surveys), Counter()).items())},
+        "modes": dict(sorted(sum((s.modes for s in surveys), Counter()).items())),
+    }
+    return task, summary
+
+
+__all__ = ["GREY_MODES", "Survey", "infer", "is_client_data", "survey"]
