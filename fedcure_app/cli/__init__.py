@@ -19,8 +19,8 @@ from fedcure_app.cli.errors import Parser
 from fedcure_app.config import ConfigError
 
 #: Sub-command modules, in the order ``fedcure --help`` lists them.
-SUBCOMMANDS: tuple[str, ...] = ("form", "data", "simulate", "launch", "testbed", "certs",
-                                 "experiment")
+SUBCOMMANDS: tuple[str, ...] = ("form", "data", "task", "simulate", "launch", "testbed",
+                                 "certs", "experiment")
 
 
 def build_parser() -> argparse.ArgumentParser:
