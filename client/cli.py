@@ -47,7 +47,6 @@ import logging
 import os
 import socket
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -186,8 +185,11 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
     warm = WarmClientConfig.from_env(dict(os.environ), runtime=args.runtime,
                                      device=args.device, gpufreq=args.gpufreq)
     args.device_in_use = device_in_use(warm.device)
-    work = Path(args.work_dir or tempfile.mkdtemp(prefix="fedcure-client-")).resolve()
-    work.mkdir(parents=True, exist_ok=True)
+    from fedcure_app.runtime.workdir import make_work_dir
+
+    # main() removes a temporary work folder (and the secret) once the children are stopped
+    work, args.temp_work = make_work_dir(args.work_dir, "fedcure-client-")
+    args.work_path = work
     if warm.runtime == "warm":
         from client.executor import write_secret
 
@@ -344,6 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     stop = role_start(args.quiet, log)
     from fedcure_app.config import ConfigError
     from fedcure_app.protocol.channel import ChannelConfigError
+    from fedcure_app.runtime.workdir import drop_work_dir
 
     try:
         return run_client(args, stop)
@@ -353,6 +356,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ClientError, OSError, ValueError) as err:  # a DatasetError is a ValueError
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return 1
+    finally:  # run_client stopped its children: nothing writes there any more
+        drop_work_dir(getattr(args, "work_path", None), getattr(args, "temp_work", False),
+                      secrets=[getattr(args, "secret_file", None)])
 
 
 if __name__ == "__main__":  # pragma: no cover
