@@ -24,7 +24,6 @@ import argparse
 import logging
 import os
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -246,9 +245,11 @@ def run_edge(args: argparse.Namespace, stop: threading.Event) -> int:
     split_address(advertise, "--advertise")
     check_bindable(host, port, "--listen, the Fleet API for this edge's clients")
 
-    work = Path(args.work_dir or tempfile.mkdtemp(prefix=f"fedcure-edge{args.edge_id}-"))
-    work.mkdir(parents=True, exist_ok=True)
-    work = work.resolve()
+    from fedcure_app.runtime.workdir import make_work_dir
+
+    # main() removes a temporary work folder once the SuperLink is stopped
+    work, args.temp_work = make_work_dir(args.work_dir, f"fedcure-edge{args.edge_id}-")
+    args.work_path = work
     settings = EdgeSettings(
         cloud=args.cloud, edge_id=args.edge_id, advertise=advertise, token=args.token,
         insecure=args.insecure, tls_ca=tls.ca if tls else args.tls_ca,
@@ -342,6 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     from edge_server.settings import SettingsError
     from edge_server.superlink import SuperLinkError
     from fedcure_app.protocol.channel import ChannelConfigError
+    from fedcure_app.runtime.workdir import drop_work_dir
 
     try:
         return run_edge(args, stop)
@@ -351,6 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ConnectionError, SuperLinkError, OSError) as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return 1
+    finally:  # run_edge stopped the SuperLink and the ServerApp it started
+        drop_work_dir(getattr(args, "work_path", None), getattr(args, "temp_work", False))
 
 
 if __name__ == "__main__":  # pragma: no cover
