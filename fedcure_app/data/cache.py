@@ -1,9 +1,8 @@
 """On-disk cache of decoded uint8 splits (``.npz``), so a second load skips decoding.
 
-Where: ``$FEDCURE_CACHE_DIR`` when set; otherwise a ``.fedcure-cache`` folder inside the source
-directory when that directory is writable (judged by its permission bits too, so a read-only
-share stays untouched even for root); otherwise the user cache, ``$XDG_CACHE_HOME/fedcure`` or
-``~/.cache/fedcure``.
+Where: ``$FEDCURE_CACHE_DIR`` when set, else the user cache, ``$XDG_CACHE_HOME/fedcure`` or
+``~/.cache/fedcure``. Never inside the data folder: that folder is the user's (it may be
+read-only, or shared), and loading a dataset writes nothing under it.
 
 Entry names are ``<dataset>-<hash of the absolute source dir>-<hash of the source files' names,
 sizes and mtimes>.npz``: changing any source file changes the name, so a stale entry is never
@@ -15,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import stat
 import tempfile
 import zipfile
 from dataclasses import dataclass
@@ -29,7 +27,6 @@ log = logging.getLogger(__name__)
 
 #: Bump when the cached arrays' layout changes.
 FORMAT_VERSION = 1
-CACHE_DIRNAME = ".fedcure-cache"
 _KEYS = ("x_train", "y_train", "x_test", "y_test")
 
 
@@ -40,27 +37,11 @@ def user_cache_dir() -> Path:
     return base / "fedcure"
 
 
-def _writable_dir(d: Path) -> bool:
-    """True when ``d`` is a directory we may write to, by permission bits as well as access()."""
-    try:
-        st = d.stat()
-    except OSError:
-        return False
-    return (stat.S_ISDIR(st.st_mode) and bool(st.st_mode & 0o222)
-            and os.access(d, os.W_OK | os.X_OK))
-
-
-def cache_dirs(source: Path) -> list[Path]:
-    """Directories to use for ``source``'s cache, most preferred first."""
+def cache_dirs(_source: Path | None = None) -> list[Path]:
+    """Directories to use for a source's cache, most preferred first (one today; never the
+    source's own folder)."""
     override = os.environ.get("FEDCURE_CACHE_DIR")
-    if override:
-        return [Path(override)]
-    beside = source / CACHE_DIRNAME
-    dirs = []
-    if _writable_dir(beside) or (not beside.exists() and _writable_dir(source)):
-        dirs.append(beside)
-    dirs.append(user_cache_dir())
-    return dirs
+    return [Path(override).expanduser() if override else user_cache_dir()]
 
 
 def _digest(text: str, n: int) -> str:
