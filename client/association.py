@@ -75,6 +75,10 @@ def config_of(reply: Any, args: argparse.Namespace) -> Any:
         raise UsageError(f"--num-partitions {args.num_partitions} differs from the cloud's "
                          f"{reply.num_partitions} clients")
     if args.data_dir is not None:
+        from fedcure_app.data.loader import unused_data_dir
+
+        if note := unused_data_dir(cfg.data.dataset, args.data_dir):
+            log.warning("%s", note)
         cfg = apply_flat(cfg, {"data-dir": args.data_dir})
     return cfg
 

@@ -154,6 +154,11 @@ async def _run(args: argparse.Namespace, cfg: Any, evaluator: Any, credentials: 
     from cloud_server.service import CloudService
 
     log = logging.getLogger("fedcure.cloud")
+    from fedcure_app.data.loader import unused_data_dir
+
+    if getattr(cfg, "task", None) is None and (note := unused_data_dir(cfg.data.dataset,
+                                                                       cfg.data.data_dir)):
+        log.warning("%s", note)
     creds = EdgeCredentials(load_edge_tokens(args.edge_tokens) if args.edge_tokens else None,
                             require_certs=args.edge_certs)
     service = CloudService(

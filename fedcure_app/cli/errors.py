@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -266,12 +267,16 @@ def checked_config(
 
 def check_dataset(name: str, data_dir: str | None, flag: str = "--data-dir") -> None:
     """Raise :class:`UsageError` when dataset ``name``'s files are not under ``data_dir``
-    (cheap: locates the files, reads none). The bundled ``digits`` always passes."""
+    (cheap: locates the files, reads none). The bundled ``digits`` always passes; with a
+    ``data_dir`` it prints one warning line saying the folder is not used."""
     from fedcure_app.data.errors import DatasetError
-    from fedcure_app.data.loader import locate_source
+    from fedcure_app.data.loader import locate_source, unused_data_dir
     from fedcure_app.data.specs import canonical_name
 
     if canonical_name(name) == "digits":
+        note = unused_data_dir(name, data_dir, flag)
+        if note:
+            print(f"fedcure: warning: {note}", file=sys.stderr)
         return
     try:
         locate_source(name, data_dir)

@@ -63,6 +63,26 @@ def locate_source(name: str, data_dir: str | Path | None = None, *,
     return reader.locate(root)
 
 
+def unused_data_dir(name: str, data_dir: str | Path | None,
+                    flag: str = "--data-dir") -> str | None:
+    """One line saying ``data_dir`` is not used, when dataset ``name`` is bundled (digits) and
+    a data folder was given anyway; it names a dataset the folder holds, if any (the user may
+    have meant ``--dataset`` that one). None otherwise."""
+    if not data_dir or canonical_name(name) in READERS:
+        return None
+    held = []
+    for other, reader in READERS.items():
+        try:
+            reader.locate(Path(data_dir).expanduser())
+            held.append(other)
+        except (MissingDatasetError, OSError, ValueError):
+            continue
+    hint = (f"; it holds {', '.join(held)}: add --dataset {held[0]} to train on that"
+            if held else "")
+    return (f"{flag} {data_dir} is not used: {canonical_name(name)} is bundled with "
+            f"scikit-learn{hint}")
+
+
 def _read_or_cached(key: str, source: Path, use_cache: bool) -> tuple[RawSplits, bool]:
     """Decoded splits of ``source`` and whether they came from the cache."""
     spec = SPECS[key]
