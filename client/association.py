@@ -63,11 +63,39 @@ def claim(stub: Any, args: argparse.Namespace, name: str, stop: threading.Event)
         raise _rpc_error(err, args.cloud, "Claim", args) from None
 
 
+def withdraw(stub: Any, args: argparse.Namespace, name: str, reason: str) -> None:
+    """``Association.Withdraw`` (best effort, a few seconds): the cloud logs why this client
+    cannot take part and stops waiting for it."""
+    import grpc
+
+    from fedcure_app.protocol import cloud_pb2 as pb
+
+    try:
+        stub.Withdraw(pb.WithdrawRequest(client_name=name, reason=reason[:500],
+                                         token=args.token), timeout=5.0)
+        log.info("told the cloud this client withdraws")
+    except grpc.RpcError as err:
+        log.warning("could not tell the cloud this client withdraws (%s)", err.code().name)
+
+
 def config_of(reply: Any, args: argparse.Namespace) -> Any:
-    """The cloud's configuration, with this client's --data-dir; --dataset must agree."""
+    """The cloud's configuration, with this client's --data-dir; --dataset must agree, and
+    --data goes with a cloud that runs a task."""
     from fedcure_app.config import apply_flat, build_config
 
     cfg = build_config(json.loads(reply.config_json))
+    own = getattr(args, "data", None)
+    if cfg.task is not None:
+        if not own:
+            raise UsageError("the cloud runs a task on the clients' own data: give --data "
+                             "PATH (this device's data)")
+        if args.dataset:
+            raise UsageError(f"--dataset {args.dataset}: the cloud runs a task on the "
+                             "clients' own data (--data)")
+        return cfg
+    if own:
+        raise UsageError(f"--data {own}: the cloud runs the built-in dataset "
+                         f"{cfg.data.dataset}; own data needs a cloud started with --task")
     if args.dataset and args.dataset.lower() != cfg.data.dataset:
         raise UsageError(f"--dataset {args.dataset} differs from the cloud's dataset "
                          f"{cfg.data.dataset}")
@@ -124,7 +152,10 @@ def register(stub: Any, args: argparse.Namespace, name: str, data: Any, home: in
                              device=profile_to_proto(data.profile), home_edge=home,
                              token=args.token, supernode_public_key=supernode_key,
                              compute_device=getattr(args, "device_in_use", "cpu"),
-                             samples_per_s=float(getattr(args, "samples_per_s", 0.0) or 0.0))
+                             samples_per_s=float(getattr(args, "samples_per_s", 0.0) or 0.0),
+                             num_samples=int(data.samples),
+                             model_signature=getattr(data, "model_signature", ""),
+                             histogram_epsilon=float(getattr(data, "histogram_epsilon", 0.0)))
     end = time.monotonic() + args.register_timeout
     while not stop.is_set():
         left = end - time.monotonic()

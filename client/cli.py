@@ -55,7 +55,15 @@ from typing import Any
 from fedcure_app.errors import UsageError
 
 # the steps of a client, one module each; re-exported here (their old home)
-from client.association import ClientError, build_node_data, call, claim, config_of, register
+from client.association import (
+    ClientError,
+    build_node_data,
+    call,
+    claim,
+    config_of,
+    register,
+    withdraw,
+)
 from client.children import (
     CHILD_STOP_GRACE_S,
     RUN_END_GRACE_S,
@@ -71,6 +79,7 @@ from client.children import (
     supernode_argv,
 )
 from client.device import device_in_use, gpufreq_in_use, measure_rate, probe
+from client.own_data import DataRefused, read_own_data
 from client.partition import cut_partition
 
 PROG = "fedcure-client"
@@ -90,8 +99,25 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: the cloud's)")
     p.add_argument("--data-dir", metavar="DIR",
                    help="root holding the dataset files (default: $FEDCURE_DATA_DIR, else ./data)")
+    own = p.add_argument_group("own data (a cloud started with --task; docs/own-data.md)")
+    own.add_argument("--data", metavar="PATH",
+                     help="this device's own data: a folder of class folders (optionally "
+                          "under train/ and test/), an .npz with x and y, a CSV with a label "
+                          "column, or a datasets.save_to_disk folder; read under the task the "
+                          "cloud sends (no --dataset, no partition)")
+    own.add_argument("--label-column", help="label column of CSV data (default: the cloud's, "
+                     "label)")
+    own.add_argument("--holdout", type=float, metavar="F",
+                     help="fraction held out (seeded, stratified) for federated evaluation "
+                          "when PATH has no test/ part (default: the cloud's, 0.1)")
+    own.add_argument("--histogram-epsilon", type=float, default=0.0, metavar="E",
+                     help="report the label histogram with Laplace noise of scale 1/E "
+                          "(E-differential privacy of the histogram; 0: exact counts)")
+    own.add_argument("--histogram-min-count", type=int, default=0, metavar="K",
+                     help="report classes with fewer than K samples as 0 (default 0)")
     p.add_argument("--partition-id", type=int, metavar="I",
-                   help="ask for partition I (default: the cloud assigns one)")
+                   help="ask for partition I (default: the cloud assigns one); with --data, "
+                        "the client's place in the cloud's order (client id, initial edge)")
     p.add_argument("--num-partitions", type=int, metavar="N",
                    help="check that the cloud's configuration has N partitions")
     p.add_argument("--cpufreq", choices=["sysfs", "emulate", "cgroup", "off"],
@@ -179,6 +205,7 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
 
     if not re.fullmatch(r"[A-Za-z0-9_.-]{1,40}", args.cgroup_prefix):
         raise UsageError("--cgroup-prefix: 1-40 letters, digits, '_', '.' or '-'")
+    check_own_data_flags(args)
     name = args.name or f"{socket.gethostname()}-{os.getpid()}"
     from fedcure_app.config import WarmClientConfig
 
@@ -207,13 +234,24 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
         reply = claim(assoc, args, name, stop)
         if reply is None:
             return 0
-        cfg = config_of(reply, args)
+        try:
+            cfg = config_of(reply, args)
+        except UsageError as err:  # a mismatch with the cloud: it need not wait for us
+            withdraw(assoc, args, name, str(err))
+            raise
         index = int(reply.partition_id)
         for stale in (work / "node-data.npz.applied.jsonl", work / RUNTIME_ADDRESS_FILE,
                       work / SUPERNODE_ARGV_FILE):
             stale.unlink(missing_ok=True)
-        # in a child process: the dataset and NumPy never enter this long-lived one
-        data = cut_partition(cfg, index, name, work / "node-data.npz", stop=stop)
+        try:
+            # in a child process: the dataset and NumPy never enter this long-lived one
+            data = prepare_data(cfg, args, index, name, work / "node-data.npz", stop)
+        except (ClientError, DataRefused, ValueError) as err:
+            # the cloud logs why and no longer waits for this client
+            withdraw(assoc, args, name, " ".join(str(err).split()))
+            if isinstance(err, DataRefused):
+                raise UsageError(f"--data {args.data}: {err}") from None
+            raise
         if data is None:  # asked to stop meanwhile
             return 0
         data_file, home = data.data_file, data.home
@@ -225,7 +263,7 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
                  warm.device, f", GPU clock: {args.gpufreq_in_use}"
                  if args.device_in_use == "cuda" else "")
         args.samples_per_s = 0.0
-        if args.device_in_use == "cuda":  # the cloud's latency prior: the GPU's rate
+        if args.device_in_use == "cuda" and cfg.task is None:  # the prior: the GPU's rate
             try:
                 args.samples_per_s = float(measure_rate(cfg.data.dataset, "cuda",
                                                         cfg.method.batch_size)["samples_per_s"])
@@ -252,7 +290,12 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
 
             args.supernode_key_file, public = make_supernode_keys(work / "supernode-keys")
             public_key = public.read_text().strip()
-        reg = register(assoc, args, name, data, home, stop, public_key)
+        try:
+            reg = register(assoc, args, name, data, home, stop, public_key)
+        except ClientError as err:
+            if "FAILED_PRECONDITION" in str(err) and "model differs" in str(err):
+                raise UsageError(str(err)) from None  # refused for its model: a user's fix
+            raise
         if reg is None:
             return 0
         log.info("client %r is client %d of edge %d (edge address %s; %d clients, %d edges)",
@@ -330,6 +373,40 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
             remove_cgroups(f"{args.cgroup_prefix}-client{reg.client_id}-")
         channel.close()
 
+
+
+def check_own_data_flags(args: argparse.Namespace) -> None:
+    """One line (:class:`UsageError`) for own-data flags that cannot work, before anything
+    starts."""
+    if args.data is None:
+        for flag in ("label_column", "holdout"):
+            if getattr(args, flag) is not None:
+                raise UsageError(f"--{flag.replace('_', '-')}: only with --data")
+        if args.histogram_epsilon or args.histogram_min_count:
+            raise UsageError("--histogram-epsilon/--histogram-min-count: only with --data")
+        return
+    if args.dataset or args.data_dir or args.num_partitions is not None:
+        raise UsageError("--data: the client reads only its own data (leave out --dataset, "
+                         "--data-dir and --num-partitions)")
+    if not Path(args.data).exists():
+        raise UsageError(f"--data {args.data}: no such file or folder")
+    if args.holdout is not None and not 0.0 <= args.holdout < 1.0:
+        raise UsageError(f"--holdout {args.holdout}: must be in [0, 1)")
+    if not (args.histogram_epsilon >= 0 and args.histogram_epsilon < float("inf")):
+        raise UsageError("--histogram-epsilon must be a finite number >= 0 (0: exact counts)")
+    if args.histogram_min_count < 0:
+        raise UsageError("--histogram-min-count must be >= 0")
+
+
+def prepare_data(cfg: Any, args: argparse.Namespace, index: int, name: str, out: Path,
+                 stop: threading.Event) -> Any:
+    """The node data file and the facts to register with: the device's own data under the
+    cloud's task (``--data``), else partition ``index`` of the cloud's dataset."""
+    if cfg.task is None:
+        return cut_partition(cfg, index, name, out, stop=stop)
+    return read_own_data(cfg, index, name, out, data=args.data, label_column=args.label_column,
+                         holdout=args.holdout, epsilon=args.histogram_epsilon,
+                         min_count=args.histogram_min_count, stop=stop)
 
 
 def main(argv: list[str] | None = None) -> int:

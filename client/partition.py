@@ -41,6 +41,9 @@ class Partition:
     label_counts: list[int]
     home: int
     profile: Any  # fedcure_app.devices.DeviceProfile
+    #: own data: the model's signature (JSON) and the ε of the noise on ``label_counts``
+    model_signature: str = ""
+    histogram_epsilon: float = 0.0
 
 
 def cut_partition(cfg: Any, index: int, name: str, out: Path, timeout_s: float = 1800.0,

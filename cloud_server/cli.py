@@ -63,6 +63,17 @@ def build_parser() -> argparse.ArgumentParser:
                         "default: the configuration's, else digits)")
     p.add_argument("--data-dir", metavar="DIR",
                    help="root holding the dataset files (default: $FEDCURE_DATA_DIR, else ./data)")
+    own = p.add_argument_group("own data (docs/own-data.md)")
+    own.add_argument("--task", metavar="FILE",
+                     help="task file: the clients train on their own data (fedcure-client "
+                          "--data) under this task, which the cloud hands them; the global "
+                          "model is evaluated on the clients' held-out parts (federated) "
+                          "unless --test-data is given")
+    own.add_argument("--test-data", metavar="PATH",
+                     help="with --task: a central test set in any format a client reads "
+                          "(all of it is test data): evaluate the global model here instead")
+    own.add_argument("--label-column", default="label",
+                     help="with --task: the label column of CSV data (default label)")
     p.add_argument("--no-eval", action="store_true", help="never evaluate the global model")
     p.add_argument("--token", default=os.environ.get("FEDCURE_TOKEN", ""),
                    help="shared secret clients and edges must send (default $FEDCURE_TOKEN)")
@@ -97,6 +108,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help="secret every request to the live view must carry (Authorization: "
                            "Bearer TOKEN, or ?token=TOKEN in the page's address; default "
                            "$FEDCURE_DASHBOARD_TOKEN)")
+    live.add_argument("--dashboard-mode", choices=["deployment", "testbed"],
+                      default="deployment",
+                      help="what the live page's title calls this run (fedcure testbed "
+                           "passes testbed; default deployment)")
     p.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
     return p
 
@@ -120,31 +135,62 @@ def make_config(args: argparse.Namespace) -> tuple[Any, bool]:
         flat["data-dir"] = args.data_dir
     if args.method is not None:
         flat["method"] = args.method
+    if args.task is not None:
+        from fedcure_app.config import build_config
+        from fedcure_app.data.task import load_task
+
+        if args.dataset is not None:
+            raise ConfigError(f"--dataset {args.dataset}: not used with --task")
+        task = load_task(args.task)
+        data = cfg.model_dump()
+        data["task"] = task.model_dump()
+        data["federation"]["num_classes"] = task.num_classes
+        data["data"]["label_column"] = args.label_column
+        cfg = build_config(data)
+    elif args.test_data is not None:
+        raise ConfigError("--test-data: only with --task (a built-in dataset brings its own "
+                          "test split)")
     cfg = apply_flat(cfg, flat)
     if args.formation is not None:
         cfg = apply_flat(cfg, {"formation": args.formation})
-    return cfg, named
+    return cfg, named or args.test_data is not None
 
 
-def make_evaluator(cfg: Any) -> tuple[Any, int]:
-    """``arrays -> (accuracy, loss)`` on the configured dataset's test split; and its classes."""
+def make_evaluator(cfg: Any, test_data: str | None = None) -> tuple[Any, int]:
+    """``arrays -> (accuracy, loss)`` on the configured dataset's test split, or with a task on
+    ``test_data`` (all of it, read as a client reads its data); and the classes."""
     import torch
 
-    from fedcure_app.data import load_dataset
     from fedcure_app.models import build_model, set_weights
     from fedcure_app.training import evaluate
 
-    ds = load_dataset(cfg.data.dataset, cfg.data.data_dir)
-    model = build_model(ds.name, ds.num_classes)
-    x = torch.from_numpy(ds.x_test)
-    y = torch.from_numpy(ds.y_test)
+    if cfg.task is not None:
+        import numpy as np
+
+        from fedcure_app.data.own import normalise_x, read_client_data
+
+        part = read_client_data(test_data, cfg.task, label_column=cfg.data.label_column,
+                                holdout=0.0, seed=cfg.run.seed)
+        x_all = np.concatenate([part.x_train, part.x_test])
+        model = build_model(cfg.task)
+        x = torch.from_numpy(normalise_x(x_all, cfg.task))
+        y = torch.from_numpy(np.concatenate([part.y_train, part.y_test]).astype(np.int64))
+        classes = cfg.task.num_classes
+    else:
+        from fedcure_app.data import load_dataset
+
+        ds = load_dataset(cfg.data.dataset, cfg.data.data_dir)
+        model = build_model(ds.name, ds.num_classes)
+        x = torch.from_numpy(ds.x_test)
+        y = torch.from_numpy(ds.y_test)
+        classes = ds.num_classes
 
     def evaluator(arrays: list[Any]) -> tuple[float, float]:
         set_weights(model, arrays)
         res = evaluate(model, x, y)
         return float(res.accuracy), float(res.loss)
 
-    return evaluator, int(ds.num_classes)
+    return evaluator, int(classes)
 
 
 async def _run(args: argparse.Namespace, cfg: Any, evaluator: Any, credentials: Any = None
@@ -200,7 +246,7 @@ async def _run(args: argparse.Namespace, cfg: Any, evaluator: Any, credentials: 
         try:
             tls = (args.tls_cert, args.tls_key) if args.tls_cert and args.tls_key else None
             dashboard = start_dashboard(service.controller, host, port, args.dashboard_token,
-                                        tls=tls)
+                                        tls=tls, mode=args.dashboard_mode)
         except OSError as err:
             raise DashboardBindError(f"--dashboard {args.dashboard}: cannot listen there "
                                      f"({err.strerror or err})") from None
@@ -266,8 +312,8 @@ def main(argv: list[str] | None = None) -> int:
             tls_client_ca=args.tls_client_ca, enforce=ENFORCE_TLS)
         cfg, named = make_config(args)
         evaluator = None
-        if named and not args.no_eval:
-            evaluator, classes = make_evaluator(cfg)
+        if named and not args.no_eval and (cfg.task is None or args.test_data):
+            evaluator, classes = make_evaluator(cfg, args.test_data)
             if classes != cfg.federation.num_classes:
                 cfg = apply_flat(cfg, {"num-classes": classes})
         from cloud_server.server import AddressInUse

@@ -39,7 +39,7 @@ from cloud_server.checkpoint import CheckpointStore
 from cloud_server.durable import Durability
 from cloud_server.formation import build_federation, partition
 from cloud_server.formed import Evaluator, FormedRun
-from cloud_server.progress import ProgressBoard, Report
+from cloud_server.progress import ProgressBoard, Report, current_estimate
 from cloud_server.reach import reach_warnings
 from cloud_server.refusal import Reason, Refusal
 from cloud_server.registry import Registry
@@ -62,7 +62,8 @@ def initial_model(cfg: FedCureConfig) -> list[np.ndarray]:
     from fedcure_app.models import build_model, get_weights
 
     torch.manual_seed(cfg.run.seed)
-    return get_weights(build_model(cfg.data.dataset, cfg.federation.num_classes))
+    return get_weights(build_model(cfg.task if cfg.task is not None else cfg.data.dataset,
+                                   cfg.federation.num_classes))
 
 
 class CloudController:
@@ -111,13 +112,12 @@ class CloudController:
         self.ended = False
         #: the run's result dict once written
         self.result: dict[str, Any] | None = None
-        rel = cfg.reliability
         self.roster = Roster(self.num_edges, int(expected_clients))
         self.registry = Registry(cfg, self.roster)
         self.log = RunLog()
         self.tasks = TaskBook(cfg)
         #: refuses edge models far outside the recently accepted ones
-        self.screen = NormScreen(rel.norm_factor, rel.norm_window, rel.norm_min_history)
+        self.screen = NormScreen.from_config(cfg)
         self.checkpoints = CheckpointStore(checkpoint_dir) if checkpoint_dir is not None else None
         self.durability = Durability(cfg, self.checkpoints, self.roster, self.log, self.tasks,
                                      self.screen)
@@ -207,7 +207,9 @@ class CloudController:
         if self.formation_error is not None and not self.registry.changed:
             return False  # the same registrations would fail the same way
         n = len(self.roster.clients)
-        return n >= self.expected_clients or (window_closed and n >= self.num_edges)
+        if n < self.num_edges:
+            return False
+        return n >= self.roster.awaited or window_closed
 
     # ================================================================== formation
     def build_initial_arrays(self) -> list[np.ndarray]:
@@ -310,7 +312,8 @@ class CloudController:
         self.progress.update(Report(
             task_id=task.task_id, coalition=m, edge_round=int(edge_round), tau_e=int(tau_e),
             waiting=tuple(int(c) for c in waiting if c in members),
-            elapsed_s=float(elapsed_s), estimate_s=float(task.dispatch.t_hat_s),
+            elapsed_s=float(elapsed_s),
+            estimate_s=current_estimate(self.views.strategy.t_hat_s, m, task.dispatch.t_hat_s),
             received_at=self.progress.now()))
         return True
 
@@ -357,6 +360,11 @@ class CloudController:
         assert s is not None
         self._fault("resumed", None, f"resumed from checkpoint at version {s.version}, "
                                      f"round {s.round}")
+        recovered = self.checkpoints.recovered
+        if recovered is not None:  # a torn or damaged file was passed over: one line
+            line = f"{recovered} (version {s.version})"
+            log.warning("%s", line)
+            self._fault("checkpoint-recovered", None, line)
         return state["phase"] == "done" or self.finished()
 
 

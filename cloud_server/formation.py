@@ -70,6 +70,17 @@ def initial_partition(homes: Sequence[int | None], num_edges: int) -> tuple[np.n
     return fill_empty_coalitions(a, num_edges)
 
 
+def model_cycles_key(cfg: FedCureConfig) -> str:
+    """What device profiles are asked the cycles per sample of: the dataset's name, or a
+    task's model by its training FLOPs (:func:`fedcure_app.models.cycles_key`; builds the
+    model once, so torch loads only for a task)."""
+    if cfg.task is None:
+        return cfg.data.dataset
+    from fedcure_app.models import cycles_key
+
+    return cycles_key(cfg.task)
+
+
 def partition(cfg: FedCureConfig, clients: Sequence[ClientEntry]
               ) -> tuple[np.ndarray, np.ndarray, dict[str, Any], tuple[float, float]]:
     """Form the coalitions of ``clients`` (in id order) with the configured rule: the initial
@@ -101,18 +112,20 @@ def build_federation(cfg: FedCureConfig, clients: Sequence[ClientEntry], initial
     """The formed federation of ``clients`` (in id order) with its strategy: the latency prior
     from the device profiles, the global model ``arrays`` (the caller gives the clients their
     ids)."""
-    counts = np.stack([c.label_counts for c in clients])
     coalitions = coalitions_of(assignment, cfg.federation.num_edges)
     model_bytes = int(sum(a.nbytes for a in arrays))
-    population = PopulationArrays.from_profiles([c.profile for c in clients], cfg.data.dataset)
+    population = PopulationArrays.from_profiles([c.profile for c in clients],
+                                                model_cycles_key(cfg))
     prior = prior_latency(population, coalitions, cfg.method.tau_c * cfg.method.batch_size,
                           model_bytes, cfg.method.tau_e, cfg.devices.edge_link_mbps,
                           cfg.devices.edge_round_overhead_s,
                           cfg.devices.edge_round_client_samples)
-    strategy = build_strategy(cfg, coalitions, counts.sum(axis=1).astype(np.float64),
+    samples = np.array([c.samples for c in clients], dtype=np.float64)
+    strategy = build_strategy(cfg, coalitions, samples,
                               population, prior, arrays, deployed=True)
     return Federation(strategy, tuple(clients), initial, assignment, formation, population, jsd)
 
 
-__all__ = ["build_federation", "fill_empty_coalitions", "initial_partition", "natural_key",
+__all__ = ["build_federation", "fill_empty_coalitions", "initial_partition", "model_cycles_key",
+           "natural_key",
            "partition"]

@@ -120,6 +120,15 @@ class RegistrationWindow:
         self._check_open()
         return client, c.roster.edge_addresses[client.edge_id]
 
+    def withdraw(self, name: str, reason: str) -> int:
+        """Client ``name`` will not take part (``Association.Withdraw``): formation stops
+        waiting for it, and runs now if everyone else is in. Returns the clients awaited."""
+        c = self.controller
+        awaited = c.registry.withdraw(name, reason,
+                                      open_=c.phase == Phase.REGISTERING and not c.forming)
+        self.maybe_form()
+        return awaited
+
     def _check_open(self) -> None:
         if self._is_closing():
             raise Refusal(Reason.UNAVAILABLE, "the cloud is shutting down")

@@ -10,6 +10,7 @@ worker threads.
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -20,7 +21,7 @@ from fedcure_app.protocol import cloud_pb2 as pb
 from fedcure_app.protocol.codec import CodecError, profile_from_proto
 from fedcure_app.flower.supernode_auth import check_supernode_key
 from cloud_server import validation as door
-from cloud_server.formation import natural_key
+from cloud_server.formation import model_cycles_key, natural_key
 from cloud_server.refusal import Reason, Refusal
 from cloud_server.state import ClientEntry, Roster
 
@@ -43,12 +44,82 @@ class Registry:
         self.num_edges = cfg.federation.num_edges
         self.num_partitions = cfg.federation.num_clients
         self.num_classes = cfg.federation.num_classes
-        self.dataset = cfg.data.dataset
+        self.cfg = cfg
         self.roster = roster
+        self._model_key: str | None = None
+        self._signature: list[list[Any]] | None = None
         #: registrations changed since the last formation attempt (worth trying again)
         self.changed = False
 
+    @property
+    def dataset(self) -> str:
+        """The model a device profile must give cycles for (a task's model by its FLOPs)."""
+        if self._model_key is None:
+            self._model_key = model_cycles_key(self.cfg)
+        return self._model_key
+
+    def signature(self) -> list[list[Any]] | None:
+        """The run's model as [[name, [shape…]], …] (state_dict order), what a client of a
+        task must have built; None for a built-in dataset (nothing to check)."""
+        if self.cfg.task is None:
+            return None
+        if self._signature is None:
+            from fedcure_app.models import build_model, model_signature
+
+            self._signature = [[k, list(v)] for k, v in
+                               model_signature(build_model(self.cfg.task))]
+        return self._signature
+
+    def check_signature(self, who: str, text: str) -> None:
+        """Refuse a client of a task whose model differs from the cloud's (``text``: its
+        JSON signature), naming the first difference."""
+        mine = self.signature()
+        if mine is None:
+            return
+        try:
+            theirs = json.loads(text) if text else None
+            if not isinstance(theirs, list):
+                raise ValueError("not a list")
+            theirs = [[str(k), [int(d) for d in shape]] for k, shape in theirs]
+        except (ValueError, TypeError) as err:
+            raise door.Refused(f"no readable model signature ({err}); this cloud runs a task "
+                               "and checks every client's model") from None
+        for i, (a, b) in enumerate(zip(mine, theirs)):
+            if a != b:
+                raise door.Refused(f"its model differs from the cloud's ({self.cfg.task.model}):"
+                                   f" tensor {i} is {door.clip(b[0])} {tuple(b[1])} on the "
+                                   f"client, {a[0]!r} {tuple(a[1])} on the cloud")
+        if len(mine) != len(theirs):
+            raise door.Refused(f"its model differs from the cloud's ({self.cfg.task.model}): "
+                               f"{len(theirs)} tensors on the client, {len(mine)} on the cloud")
+
     # ------------------------------------------------------------------ clients
+    def withdraw(self, name: str, reason: str, *, open_: bool) -> int:
+        """Client ``name`` cannot take part (its data or model was refused): forget its claim
+        and registration, remember why, and wait for it no longer; returns the clients still
+        awaited. Refused once formation ran (``open_`` False) for a client that is part of a
+        coalition."""
+        try:
+            name = door.check_name(name)
+        except door.Refused as err:
+            raise Refusal(Reason.INVALID_ARGUMENT, str(err)) from None
+        if not open_ and name in self.roster.clients:
+            raise Refusal(Reason.FAILED_PRECONDITION, f"client {door.clip(name)} is part of a "
+                          "coalition: formation already ran")
+        self.forget(name, door.clip(reason, 300))
+        return self.roster.awaited
+
+    def forget(self, name: str, reason: str) -> None:
+        """Drop ``name``'s claim and registration and record it as withdrawn (one log line)."""
+        self.roster.claims.pop(name, None)
+        if self.roster.clients.pop(name, None) is not None:
+            self.changed = True
+        first = name not in self.roster.withdrawn
+        self.roster.withdrawn[name] = reason
+        if first:
+            log.warning("client %s withdrew: %s (formation waits for %d clients now)",
+                        door.clip(name), reason, self.roster.awaited)
+
     def claim(self, name: str, wanted: int | None) -> int:
         """The stable partition index of client ``name`` (``wanted`` if free, else the first)."""
         try:
@@ -90,7 +161,10 @@ class Registry:
             raise Refusal(Reason.INVALID_ARGUMENT, str(err)) from None
         who = f"client {door.clip(name)}"
         try:
-            door.check_label_counts(req.label_counts, self.num_classes)
+            private = req.histogram_epsilon > 0
+            door.check_label_counts(req.label_counts, self.num_classes,
+                                    allow_zero=private and req.num_samples > 0)
+            door.check_samples(req.num_samples)
             if not req.HasField("device"):
                 raise door.Refused("no device profile")
             door.check_profile_size(len(req.device.cycles_per_sample))
@@ -100,8 +174,15 @@ class Registry:
                 profile = door.measured_profile(profile, self.dataset, rate)
             door.check_profile(profile, self.dataset)
             door.check_key_text(req.supernode_public_key)
+            door.check_epsilon(req.histogram_epsilon)
         except (door.Refused, CodecError) as err:
             raise Refusal(Reason.INVALID_ARGUMENT, f"{who}: {err}") from None
+        try:
+            self.check_signature(who, req.model_signature)
+        except door.Refused as err:
+            # it cannot train with the others: formation no longer waits for it
+            self.forget(name, f"refused at registration: {err}")
+            raise Refusal(Reason.FAILED_PRECONDITION, f"{who}: {err}") from None
         counts = np.asarray(req.label_counts, dtype=np.int64)
         home: int | None = None
         if req.HasField("home_edge"):
@@ -116,7 +197,9 @@ class Registry:
             except ValueError as err:
                 raise Refusal(Reason.INVALID_ARGUMENT, f"{who}: {err}") from None
         return ClientEntry(name, counts, profile, home, supernode_key=key,
-                           compute_device=device, samples_per_s=rate)
+                           compute_device=device, samples_per_s=rate,
+                           num_samples=int(req.num_samples),
+                           histogram_epsilon=float(req.histogram_epsilon))
 
     def register(self, entry: ClientEntry, *, open_: bool) -> ClientEntry:
         """Record a registration (a known name while ``open_``: the latest data counts);

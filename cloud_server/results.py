@@ -97,12 +97,16 @@ class ResultsWriter:
             "late_rounds": sum(1 for r in records if r.get("late")),
             "clients": [
                 {"id": c.client_id, "name": c.name, "edge": c.edge_id, "home_edge": c.home_edge,
-                 "device": c.profile.name, "samples": int(c.label_counts.sum()),
+                 "device": c.profile.name, "samples": c.samples,
                  # where it trained, and its measured rate (samples/s; None: not measured)
                  "compute_device": c.compute_device,
-                 "samples_per_s": c.samples_per_s or None}
+                 "samples_per_s": c.samples_per_s or None,
+                 # ε of the noise on its label histogram (None: exact counts)
+                 "histogram_epsilon": c.histogram_epsilon or None}
                 for c in roster.by_id()
             ],
+            # clients that withdrew or were refused before formation, and why
+            "withdrawn": dict(roster.withdrawn),
             "edges": {str(e): a for e, a in roster.edge_addresses.items()},
             "final_version": strategy.version,
             "faults": list(run.faults),

@@ -185,7 +185,11 @@ class CloudService:
         """A client joins: answered with its ids and its ES's address once formation ran and
         that ES connected (see the module docstring)."""
         self._check_token(request.token)
-        entry = self.controller.registry.validate(request)
+        try:
+            entry = self.controller.registry.validate(request)
+        except Refusal:
+            self.run.registration.maybe_form()  # a refused client is no longer awaited
+            raise
         client, address = await self.run.register(entry, context.time_remaining())
         return pb.RegisterReply(
             client_id=client.client_id, edge_id=client.edge_id, edge_address=address,
@@ -202,6 +206,15 @@ class CloudService:
         cfg = self.controller.cfg
         return pb.ClaimReply(partition_id=index, num_partitions=cfg.federation.num_clients,
                              config_json=cfg.model_dump_json(by_alias=True))
+
+    @answers_refusals
+    async def Withdraw(self, request: pb.WithdrawRequest, context: grpc.aio.ServicerContext
+                       ) -> pb.WithdrawReply:
+        """A client that claimed a place cannot take part (its data or model was refused):
+        logged with its reason; formation no longer waits for it."""
+        self._check_token(request.token)
+        awaited = self.run.registration.withdraw(request.client_name, request.reason)
+        return pb.WithdrawReply(expected_clients=awaited)
 
     # ================================================================== EdgeLink
     @answers_refusals

@@ -63,6 +63,16 @@ class ClientEntry:
     compute_device: str = "cpu"
     #: its measured training rate (samples/s) on the run's model; 0: not measured
     samples_per_s: float = 0.0
+    #: the training samples it holds as it reported them (0: the sum of ``label_counts``,
+    #: which are exact unless ``histogram_epsilon`` > 0)
+    num_samples: int = 0
+    #: the ε of the Laplace noise on its ``label_counts`` (0: exact counts)
+    histogram_epsilon: float = 0.0
+
+    @property
+    def samples(self) -> int:
+        """|D_n|: the reported sample count, else the sum of the label counts."""
+        return int(self.num_samples) if self.num_samples > 0 else int(self.label_counts.sum())
 
     def to_state(self) -> dict[str, Any]:
         """JSON-safe form for the checkpoint."""
@@ -70,7 +80,8 @@ class ClientEntry:
                 "profile": self.profile.model_dump(mode="json"), "home_edge": self.home_edge,
                 "client_id": self.client_id, "edge_id": self.edge_id,
                 "supernode_key": self.supernode_key, "compute_device": self.compute_device,
-                "samples_per_s": self.samples_per_s}
+                "samples_per_s": self.samples_per_s, "num_samples": int(self.num_samples),
+                "histogram_epsilon": float(self.histogram_epsilon)}
 
     @classmethod
     def from_state(cls, c: dict[str, Any]) -> "ClientEntry":
@@ -79,7 +90,9 @@ class ClientEntry:
                    DeviceProfile(**c["profile"]), c["home_edge"], int(c["client_id"]),
                    int(c["edge_id"]), supernode_key=str(c.get("supernode_key", "")),
                    compute_device=str(c.get("compute_device", "cpu")),
-                   samples_per_s=float(c.get("samples_per_s", 0.0)))
+                   samples_per_s=float(c.get("samples_per_s", 0.0)),
+                   num_samples=int(c.get("num_samples", 0)),
+                   histogram_epsilon=float(c.get("histogram_epsilon", 0.0)))
 
 
 @dataclass
@@ -94,6 +107,14 @@ class Roster:
     claims: dict[str, int] = field(default_factory=dict)
     edge_addresses: dict[int, str] = field(default_factory=dict)
     connected: set[int] = field(default_factory=set)
+    #: clients that withdrew (or were refused) before formation: name -> reason; formation
+    #: no longer waits for them
+    withdrawn: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def awaited(self) -> int:
+        """Clients formation waits for: the expected ones less those that withdrew."""
+        return max(0, self.expected_clients - len(self.withdrawn))
 
     def __post_init__(self) -> None:
         for m in range(self.num_edges):

@@ -89,14 +89,29 @@ def check_name(name: str, field: str = "client_name") -> str:
     return name
 
 
-def check_label_counts(counts: Sequence[int], classes: int) -> None:
-    """C entries, each in [0, 10⁹], with a positive sum (which then fits int64)."""
+def check_label_counts(counts: Sequence[int], classes: int, *, allow_zero: bool = False
+                       ) -> None:
+    """C entries, each in [0, 10⁹], with a positive sum (which then fits int64); a private
+    (noisy) histogram may sum to 0 (``allow_zero``: its sample count is sent apart)."""
     if len(counts) != classes:
         raise Refused(f"label_counts has {len(counts)} entries, expected {classes} classes")
     if any(not 0 <= int(c) <= MAX_CLASS_SAMPLES for c in counts):
         raise Refused(f"label_counts entries must be in [0, {MAX_CLASS_SAMPLES:g}] samples")
-    if sum(int(c) for c in counts) <= 0:
+    if sum(int(c) for c in counts) <= 0 and not allow_zero:
         raise Refused("label_counts must have a positive sum")
+
+
+def check_samples(num_samples: int) -> None:
+    """A reported sample count in [0, 10⁹ · 10⁴] (0: not reported)."""
+    if not 0 <= int(num_samples) <= MAX_CLASS_SAMPLES * 10_000:
+        raise Refused(f"num_samples must be in [0, {MAX_CLASS_SAMPLES * 10_000:g}], got "
+                      f"{clip(num_samples)}")
+
+
+def check_epsilon(epsilon: float) -> None:
+    """A histogram ε that is finite and ≥ 0 (0: exact counts)."""
+    if not (math.isfinite(epsilon) and epsilon >= 0):
+        raise Refused(f"histogram_epsilon must be finite and >= 0, got {clip(epsilon)}")
 
 
 def check_profile(profile: Any, model: str) -> None:
@@ -227,5 +242,6 @@ def check_submit(num_samples: int, latency_s: float, stats: Iterable[Any],
             raise Refused(f"stats: client {c} loss must be finite, got {s.loss}")
 
 
-__all__ = ["ECHO", "Refused", "check_address", "check_key_text", "check_label_counts",
+__all__ = ["ECHO", "Refused", "check_address", "check_epsilon", "check_key_text",
+           "check_label_counts", "check_samples",
            "check_name", "check_profile", "check_submit", "clip", "task_id_known"]

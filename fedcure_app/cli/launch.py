@@ -55,6 +55,7 @@ from fedcure_app.cli.launch_wait import (
     supervise,
 )
 from fedcure_app.cli.launch_wait import wait_listening as _wait_listening
+from fedcure_app.cli.own_data import add_task_options, apply_task
 from fedcure_app.config import METHOD_PRESETS, FedCureConfig, apply_flat
 
 log = logging.getLogger(__name__)
@@ -88,7 +89,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "processes on 127.0.0.1, wait for the run, collect logs and results in --out.",
     )
     p.add_argument("--edges", type=int, required=True, help="edge servers (coalitions)")
-    p.add_argument("--clients", type=int, required=True, help="client processes")
+    p.add_argument("--clients", type=int, help="client processes (required; with --task: "
+                   "the entries of --clients-data)")
     add_run_options(p)
     p.add_argument("--device", choices=["cpu", "cuda", "auto"], default="cpu",
                    help="where every client trains (fedcure-client --device; default cpu)")
@@ -118,6 +120,7 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dataset", choices=["digits", "mnist", "cifar10", "svhn", "cinic10"])
     p.add_argument("--data-dir", help="directory holding the dataset files "
                    "(default: $FEDCURE_DATA_DIR, else ./data)")
+    add_task_options(p)
     p.add_argument("--out", default="results/launch",
                    help="folder for results, logs and work dirs")
     p.add_argument("--config", help="TOML/JSON configuration file (options override it)")
@@ -168,7 +171,9 @@ def config_from_args(args: argparse.Namespace) -> FedCureConfig:
     elif not (args.config and "deadline_min_s" in load_file(args.config).reliability
               .model_fields_set):
         extra["deadline-min-s"] = LAUNCH_DEADLINE_MIN_S
-    cfg = options_config(args, _OPTIONS, extra, flags)
+    if args.clients is None and getattr(args, "task", None) is None:
+        raise UsageError("--clients N is required (or --task with --clients-data)")
+    cfg = apply_task(options_config(args, _OPTIONS, extra, flags), args)
     if args.eval_every is None and not (
             args.config and "eval_every" in load_file(args.config).run.model_fields_set):
         every = max(1, -(-cfg.run.global_rounds // LAUNCH_EVALUATIONS))
@@ -200,7 +205,8 @@ def check_inputs(args: argparse.Namespace, cfg: FedCureConfig) -> None:
             check_bind(args.dashboard, args.dashboard_token)
         except DashboardError as err:
             raise UsageError(str(err)) from None
-    check_dataset(cfg.data.dataset, cfg.data.data_dir)
+    if cfg.task is None:
+        check_dataset(cfg.data.dataset, cfg.data.data_dir)
     check_out_dir(args.out)
 
 
@@ -235,6 +241,8 @@ class Site:
 
     #: the command's name, in messages and the summary's title
     command = "launch"
+    #: what the cloud's live page calls the run (``fedcure-cloud --dashboard-mode``)
+    mode = "deployment"
 
     def setup(self, cfg: FedCureConfig, out: Path) -> FedCureConfig:
         """Prepare the site before any role starts; returns the configuration the roles use."""
@@ -322,6 +330,7 @@ def start_roles(cfg: FedCureConfig, args: argparse.Namespace, out: Path, roles: 
                 site: Site | None = None) -> dict[str, Any]:
     """Start cloud, edges and clients (in that order) where ``site`` says (default: all on
     127.0.0.1); return the launch record."""
+    from fedcure_app.data.own_federation import client_entries
     from fedcure_app.runtime.processes import Child, free_port, free_ports
 
     logs, work = out / "logs", out / "work"
@@ -349,7 +358,7 @@ def start_roles(cfg: FedCureConfig, args: argparse.Namespace, out: Path, roles: 
     cloud_env = env
     if not getattr(args, "no_dashboard", True):
         dash, shown = site.dashboard(args.dashboard, logs)
-        argv += ["--dashboard", dash]
+        argv += ["--dashboard", dash, "--dashboard-mode", site.mode]
         # the token through the environment, not the command line others can read
         cloud_env = dict(env, FEDCURE_DASHBOARD_TOKEN=args.dashboard_token)
         record["dashboard"] = f"http://{shown}/"
@@ -368,9 +377,11 @@ def start_roles(cfg: FedCureConfig, args: argparse.Namespace, out: Path, roles: 
         roles.edges.append(child)
         record["edges"][e] = f"{host}:{port}"
         record["pids"][f"edge{e}"] = child.pid
+    own = client_entries(cfg.data.clients_data) if cfg.task is not None else None
     for i in range(n):
+        data = ["--data", str(own[i].resolve())] if own else ["--num-partitions", str(n)]
         argv = [py, "-m", "client.cli", "--cloud", cloud_addr, "--name", f"client-{i}",
-                "--partition-id", str(i), "--num-partitions", str(n), "--cpufreq", args.cpufreq,
+                "--partition-id", str(i), *data, "--cpufreq", args.cpufreq,
                 *(["--device", args.device] if getattr(args, "device", "cpu") != "cpu" else []),
                 "--work-dir", str(work / f"client{i}"), *token,
                 *_security_flags(tls_dir, "client"), *auth, *site.client_args(i)]
@@ -379,6 +390,7 @@ def start_roles(cfg: FedCureConfig, args: argparse.Namespace, out: Path, roles: 
         roles.clients.append(child)
         record["pids"][f"client{i}"] = child.pid
         record["clients"][i] = {"name": f"client-{i}", "partition": i,
+                                "data": data[1] if own else None,
                                 "work_dir": str(work / f"client{i}"),
                                 "log": str(logs / f"client{i}.log")}
     return record

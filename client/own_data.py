@@ -1,0 +1,167 @@
+"""A client's own data (``fedcure-client --data PATH``), read in a child process.
+
+The cloud of a task (``fedcure-cloud --task``) hands every client the task with its
+configuration (``Association.Claim``); the client reads only PATH under it, in a child so that
+the long-lived role never loads NumPy, Pillow or torch::
+
+    python -m client.own_data --config FILE --data PATH --index I --name NAME --out FILE \\
+        [--label-column C] [--holdout F] [--histogram-epsilon E] [--histogram-min-count K]
+
+The child maps every label to the task's class list by name, holds out a seeded, stratified
+fraction for federated evaluation when PATH has no ``test/`` part, builds the task's model
+(so a model import path that does not import here is refused before registration) and writes
+the node data file (:mod:`fedcure_app.flower.node_data`: training and held-out parts, the
+task). It prints one JSON line: the training sample count, the label histogram over the task's
+classes (Laplace noise of scale 1/ε with ``--histogram-epsilon``,
+:func:`fedcure_app.core.privacy.private_histogram`), the initial ES, the device profile and the
+model's signature, which is all the client reports at registration. A refusal is one line on
+standard error and exit code :data:`EXIT_REFUSED`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+#: exit code of the child when the data or the model is refused (one line on stderr)
+EXIT_REFUSED = 3
+
+
+class DataRefused(ValueError):
+    """The client's data or model cannot be used under the task (one line)."""
+
+
+def read_own_data(cfg: Any, index: int, name: str, out: Path, *, data: str,
+                  label_column: str | None, holdout: float | None, epsilon: float,
+                  min_count: int, timeout_s: float = 1800.0,
+                  stop: threading.Event | None = None) -> Any:
+    """Client ``index``'s own data at ``data`` under ``cfg.task``, written to ``out`` by a
+    child process: a :class:`client.partition.Partition` (None when ``stop`` is set first);
+    :class:`DataRefused` in one line when the data or the model is refused."""
+    from fedcure_app.devices import parse_profile
+
+    from client.association import ClientError
+    from client.children import ChildFailed, json_child
+    from client.partition import Partition
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", suffix=".json", dir=out.parent,
+                                     prefix=".own-config-", delete=False) as f:
+        json.dump(cfg.model_dump(mode="json"), f)
+        config_file = Path(f.name)
+    argv = [sys.executable, "-m", "client.own_data", "--config", str(config_file),
+            "--data", str(data), "--index", str(index), "--name", name, "--out", str(out),
+            "--histogram-epsilon", repr(float(epsilon)),
+            "--histogram-min-count", str(int(min_count))]
+    if label_column is not None:
+        argv += ["--label-column", label_column]
+    if holdout is not None:
+        argv += ["--holdout", repr(float(holdout))]
+    try:
+        reply = json_child(argv, timeout_s, stop)
+    except subprocess.TimeoutExpired:
+        raise ClientError(f"reading {data} took more than {timeout_s:.0f} s") from None
+    except ChildFailed as err:
+        if err.returncode == EXIT_REFUSED:
+            raise DataRefused(err.tail) from None
+        raise ClientError(f"reading {data} failed: {err.tail}") from None
+    finally:
+        config_file.unlink(missing_ok=True)
+    if reply is None:
+        return None
+    return Partition(data_file=out, samples=int(reply["samples"]),
+                     label_counts=[int(c) for c in reply["label_counts"]],
+                     home=int(reply["home"]), profile=parse_profile(reply["profile"]),
+                     model_signature=json.dumps(reply["model_signature"]),
+                     histogram_epsilon=float(reply["histogram_epsilon"]))
+
+
+def build_own_node_data(cfg: Any, args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
+    """The node data of ``args.data`` under ``cfg.task`` and the facts the role registers
+    with (what :func:`main` prints)."""
+    import numpy as np
+
+    from fedcure_app.core.privacy import private_histogram
+    from fedcure_app.data.own import normalise_x, pixel_norm, read_client_data
+    from fedcure_app.data.own_federation import initial_edges
+    from fedcure_app.federation import profiles_for
+    from fedcure_app.flower.node_data import NodeData
+    from fedcure_app.models import build_model, cycles_key, model_signature
+
+    task = cfg.task
+    label_column = args.label_column or cfg.data.label_column
+    holdout = cfg.data.holdout if args.holdout is None else args.holdout
+    part = read_client_data(args.data, task, label_column=label_column, holdout=holdout,
+                            seed=cfg.run.seed)
+    if len(part.y_train) == 0:
+        raise DataRefused(f"{args.data}: no training samples left after the hold-out")
+    signature = [[k, list(shape)] for k, shape in model_signature(build_model(task))]
+    if task.kind == "image":  # uint8 pixels, normalised per batch by the trainer
+        x, x_test = part.x_train, part.x_test
+        norm: Any = tuple(tuple(float(v) for v in a) for a in pixel_norm(task))
+    else:
+        x, x_test, norm = normalise_x(part.x_train, task), normalise_x(part.x_test, task), None
+    n, m = cfg.federation.num_clients, cfg.federation.num_edges
+    counts = np.bincount(part.y_train, minlength=task.num_classes).astype(np.int64)
+    epsilon = float(args.histogram_epsilon)
+    reported = private_histogram(counts, epsilon if epsilon > 0 else math.inf,
+                                 args.histogram_min_count)
+    data = NodeData(x=x, y=part.y_train, dataset=cycles_key(task), num_classes=task.num_classes,
+                    client_name=args.name, partition_id=args.index,
+                    profile=profiles_for(cfg)[args.index], pixel_norm=norm,
+                    x_test=x_test if len(part.y_test) else None,
+                    y_test=part.y_test if len(part.y_test) else None,
+                    task=task.model_dump(mode="json", by_alias=True))
+    facts = {"samples": int(len(part.y_train)), "label_counts": reported.tolist(),
+             "home": int(initial_edges(n, m)[args.index]),
+             "profile": data.profile.model_dump(mode="json"), "model_signature": signature,
+             "histogram_epsilon": epsilon if epsilon > 0 else 0.0,
+             "held_out": int(len(part.y_test)), "source": part.source}
+    return data, facts
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The child: read, check, write, print the facts as one JSON line."""
+    p = argparse.ArgumentParser(prog="python -m client.own_data",
+                                description="Read one client's own data into a node data file.")
+    p.add_argument("--config", required=True, help="the run's configuration (JSON file)")
+    p.add_argument("--data", required=True, help="the client's data")
+    p.add_argument("--index", required=True, type=int, help="the client's claimed index")
+    p.add_argument("--name", required=True, help="the client's name (kept in the file)")
+    p.add_argument("--out", required=True, help="node data file to write (.npz)")
+    p.add_argument("--label-column", help="label column of CSV data")
+    p.add_argument("--holdout", type=float, help="held-out fraction")
+    p.add_argument("--histogram-epsilon", type=float, default=0.0, help="0: exact counts")
+    p.add_argument("--histogram-min-count", type=int, default=0)
+    args = p.parse_args(argv)
+    from fedcure_app.config import build_config
+    from fedcure_app.data.errors import DatasetError
+    from fedcure_app.flower.node_data import save_node_data
+    from fedcure_app.models import ModelImportError
+
+    try:
+        cfg = build_config(json.loads(Path(args.config).read_text()))
+        if cfg.task is None:
+            raise DataRefused("the cloud runs a built-in dataset, not a task: --data needs a "
+                              "cloud started with --task")
+        data, facts = build_own_node_data(cfg, args)
+        save_node_data(args.out, data)
+    except (DataRefused, DatasetError, ModelImportError) as err:
+        print(" ".join(str(err).split()), file=sys.stderr)
+        return EXIT_REFUSED
+    except (OSError, ValueError) as err:
+        print(f"{type(err).__name__}: {err}", file=sys.stderr)
+        return 1
+    print(json.dumps(facts))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
