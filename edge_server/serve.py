@@ -10,6 +10,12 @@ address its clients reach the SuperLink at) and, for every task on the stream:
    ConfigRecord; clients that fail are dropped);
 3. answers with ``Submit`` (edge model, sample count, per-client stats, measured latency).
 
+A task with ``evaluate`` set is an evaluation task (federated evaluation): the edge asks each
+client of the coalition to evaluate the task's model on its held-out part and answers with
+``EdgeLink.Evaluated`` instead (:mod:`edge_server.evaluation`; no training, no Submit). Tasks are
+served in the order the stream brings them; the seconds a training task waited behind an
+evaluation count as its start-up (left out of T̂).
+
 The stream ending with status OK means training is over: :func:`serve_edge` returns. A cloud
 that goes away (UNAVAILABLE: stopped, restarting, or behind a partition) is reconnected to for
 ``reconnect_timeout_s``; the cloud resends an unanswered task. A finished task's Submit is asked
@@ -31,6 +37,7 @@ import grpc
 from flwr.serverapp import Grid
 
 from edge_server.directory import NodeDirectory
+from edge_server.evaluation import serve_evaluation
 from edge_server.progress import ProgressReporter
 from edge_server.settings import EdgeSettings
 from fedcure_app.flower.edge import CoalitionGrid, EdgeTaskError, run_edge_task
@@ -103,6 +110,8 @@ class EdgeServer:
         self.progress = ProgressReporter(pb_grpc.EdgeLinkStub(self.channel).Progress,
                                          settings.edge_id, settings.token)
         self.directory = NodeDirectory(grid)
+        #: EdgeLink.Evaluated: the answer to an evaluation task
+        self.evaluated = pb_grpc.EdgeLinkStub(self.channel).Evaluated
         self.stats = EdgeStats()
         self._stop = threading.Event()
         self._over = threading.Event()
@@ -119,10 +128,11 @@ class EdgeServer:
         return self._over.is_set()
 
     def _read(self, stream: Any, inbox: queue.Queue) -> None:
-        """Move the stream's tasks to ``inbox``; then ("end", None) or ("error", err)."""
+        """Move the stream's tasks to ``inbox`` with the monotonic second each came; then
+        ("end", None) or ("error", err)."""
         try:
             for wire in stream:
-                inbox.put(("task", wire))
+                inbox.put(("task", (wire, time.monotonic())))
             self._over.set()
             inbox.put(("end", None))
         except grpc.RpcError as err:
@@ -147,7 +157,7 @@ class EdgeServer:
                     kind, item = inbox.get()
                     if kind == "task":
                         lost_since = None
-                        self._serve_task(item)
+                        self._serve_task(*item)
                         continue
                     if kind == "end":
                         log.info("edge %d: the cloud ended the task stream (training over): "
@@ -179,17 +189,24 @@ class EdgeServer:
                                     f"({name}: {detail})") from None
         return self.stats
 
-    def _serve_task(self, wire: Any) -> None:
+    def _serve_task(self, wire: Any, received_at: float | None = None) -> None:
         s = self.settings
         task = task_from_proto(wire)
+        if task.evaluate:
+            serve_evaluation(self.grid, self.directory, s, task, self.evaluated,
+                             stop=lambda: self._stop.is_set() or self._over.is_set())
+            return
         t0 = time.monotonic()
+        # waited in the inbox behind an earlier task (an evaluation): start-up, not training
+        queued = 0.0 if received_at is None else max(0.0, t0 - received_at)
+        t0 -= queued
         log.info("edge %d: task %s (version %d, clients %s, tau_e %d, tau_c %d, directives %s)",
                  s.edge_id, task.task_id, task.version, list(task.clients), task.tau_e,
                  task.tau_c, {c: round(f, 3) for c, f in task.frequencies_ghz.items()})
         result = None
         self.progress.start_task(task.task_id, task.tau_e)
         self.progress.update(0, list(task.clients))  # reported while its clients are looked up
-        waited = 0.0  # for clients to come online: start-up, not training (left out of T^)
+        waited = queued  # for clients to come online: start-up, not training (left out of T^)
         for attempt in range(2):
             t_look = time.monotonic()
             mapping = self.directory.resolve(

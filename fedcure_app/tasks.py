@@ -52,6 +52,9 @@ class EdgeTask:
     seed: int
     momentum: float = 0.0
     tau_c_unit: str = "steps"
+    #: an evaluation task (federated evaluation): every client evaluates ``arrays`` (global
+    #: version ``version``) on its held-out part; nothing is trained
+    evaluate: bool = False
 
     def local_amount(self) -> dict[str, int]:
         """How much each client trains per edge round, as :func:`fedcure_app.training.
@@ -90,6 +93,41 @@ class EdgeResult:
     reports: list[ClientReport] = field(default_factory=list)
     dropped: list[int] = field(default_factory=list)
     startup_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class EvalSums:
+    """One client's evaluation of a model on its held-out part, as sums (so that sums over
+    clients give the sample-weighted accuracy and loss exactly).
+
+    ``samples`` evaluated; ``loss_sum``: the summed cross-entropy (nats); ``correct``
+    predictions; ``class_correct``/``class_total``: per class of the task (class order), the
+    correct predictions and the samples. All zero for a client without a held-out part.
+    """
+
+    samples: int
+    loss_sum: float
+    correct: int
+    class_correct: tuple[int, ...]
+    class_total: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.class_correct) != len(self.class_total):
+            raise ValueError(f"{len(self.class_correct)} per-class correct counts for "
+                             f"{len(self.class_total)} per-class totals")
+        if not (0 <= self.correct <= self.samples and sum(self.class_total) == self.samples
+                and all(0 <= c <= t for c, t in zip(self.class_correct, self.class_total))
+                and sum(self.class_correct) == self.correct):
+            raise ValueError("evaluation sums are inconsistent: need 0 <= correct <= samples, "
+                             "per-class totals summing to samples and per-class correct "
+                             "counts (each <= its total) summing to correct")
+        if not (self.loss_sum >= 0 and np.isfinite(self.loss_sum)):
+            raise ValueError(f"loss_sum must be finite and >= 0, got {self.loss_sum}")
+
+    @classmethod
+    def empty(cls, num_classes: int) -> "EvalSums":
+        """Nothing evaluated (a client without a held-out part)."""
+        return cls(0, 0.0, 0, (0,) * num_classes, (0,) * num_classes)
 
 
 def derive_seed(*parts: int | str) -> int:

@@ -20,6 +20,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from fedcure_app.tasks import EvalSums
+
 logger = logging.getLogger(__name__)
 
 ArrayLike = torch.Tensor | np.ndarray
@@ -321,6 +323,35 @@ def evaluate(model: nn.Module, x: ArrayLike, y: ArrayLike, *, batch_size: int = 
     return EvalResult(loss=total_loss / n, accuracy=part.correct / n, samples=n, seconds=seconds,
                       class_accuracy=class_accuracy(part.confusion),
                       confusion=tuple(tuple(int(v) for v in row) for row in part.confusion))
+
+
+def evaluation_sums(model: nn.Module, x: ArrayLike, y: ArrayLike, num_classes: int, *,
+                    batch_size: int = 256, norm: PixelNorm | None = None) -> EvalSums:
+    """``model`` on (x, y) as sums (:class:`fedcure_app.tasks.EvalSums`): samples, summed
+    cross-entropy (nats), correct predictions, and per class of ``num_classes`` the correct
+    predictions and the samples. Summed over clients they give exactly the accuracy
+    :func:`evaluate` finds on the union of their data (the loss to float rounding: the batches
+    differ). ``norm``: as for :func:`evaluate`."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    _ensure_threads()
+    device = _model_device(model)
+    xt = _features(x, device, norm)
+    yt = _labels(y, device)
+    n = _check_pair(xt, yt)
+    if int(yt.max()) >= num_classes:
+        raise ValueError(f"label {int(yt.max())} outside the task's {num_classes} classes")
+    part = evaluate_batches(model, xt, yt, 0, n, batch_size=batch_size, norm=norm)
+    conf = np.zeros((num_classes, num_classes), dtype=np.int64)
+    k = min(num_classes, part.confusion.shape[0])
+    conf[:k, :k] = part.confusion[:k, :k]
+    total = np.bincount(yt.cpu().numpy(), minlength=num_classes)
+    loss_sum = 0.0
+    for value in part.losses:
+        loss_sum += value
+    return EvalSums(samples=n, loss_sum=float(loss_sum), correct=int(part.correct),
+                    class_correct=tuple(int(v) for v in np.diag(conf)),
+                    class_total=tuple(int(v) for v in total))
 
 
 @dataclass(frozen=True)

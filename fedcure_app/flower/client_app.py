@@ -11,7 +11,11 @@ Handlers (message contents in :mod:`fedcure_app.flower.edge`):
   a ``flwr-clientapp`` process).
 - ``query``: replies with the node's identity (``partition-id``, ``num-partitions`` and/or
   ``client-id`` from its node config), from which the server maps client id → node id.
-- ``evaluate``: loss and accuracy of the sent model on the client's own training data.
+- ``evaluate``: the sent model on the client's held-out part (a deployed own-data client's
+  ``x_test``/``y_test``: federated evaluation), else on its training data as before; the reply's
+  MetricRecord has ``num-examples``, ``loss``, ``accuracy`` and the sums of
+  :mod:`fedcure_app.flower.eval_metrics` (zero without a held-out part), the same keys from
+  every client.
 
 Which data a client holds: the run config names the dataset and the partition (the same flat
 keys as :func:`fedcure_app.config.apply_flat`, see :mod:`fedcure_app.flower.app_config`); the
@@ -45,20 +49,22 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from fedcure_app.flower.app_config import (
-    app_options,
-    client_fingerprint,
-    client_key,
-    config_from_run_config,
-)
-from fedcure_app.config import FedCureConfig
+from fedcure_app.flower.app_config import app_options
 from fedcure_app.devices import DEFAULT_CPU_ROOT, FrequencyActuator, make_actuator
 from fedcure_app.models import build_model, get_weights, set_weights, weight_shapes
+from fedcure_app.flower.eval_metrics import sums_to_metrics
 from fedcure_app.flower.packing import is_packed, pack, unpack
+from fedcure_app.flower.sim_clients import (
+    check_fingerprint,
+    client_id_of,
+    client_state,
+    config_of,
+)
 from fedcure_app.flower.tools import ray_node_metric
 from fedcure_app.runtime.threads import apply_thread_policy
 from fedcure_app.runtime.tracing import trace
-from fedcure_app.training import evaluate, train_local
+from fedcure_app.tasks import EvalSums
+from fedcure_app.training import evaluate, evaluation_sums, train_local
 
 log = logging.getLogger(__name__)
 
@@ -86,100 +92,7 @@ def _process_started_at() -> float | None:
         return None
 
 
-@dataclass
-class _ClientState:
-    """What one run config's clients share inside a process (an actor or a SuperNode)."""
-
-    cfg: FedCureConfig
-    fingerprint: str
-    dataset: Any
-    client_indices: list[np.ndarray]
-    profiles: list[Any]
-    model: torch.nn.Module
-    tensors: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
-    actuators: dict[tuple[int, str], FrequencyActuator] = field(default_factory=dict)
-
-    def data(self, client: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Client ``client``'s (x, y) tensors, sliced once (as the in-process executor does)."""
-        if client not in self.tensors:
-            idx = torch.from_numpy(np.asarray(self.client_indices[client], dtype=np.int64))
-            x = torch.from_numpy(self.dataset.x_train)[idx].contiguous()
-            y = torch.from_numpy(self.dataset.y_train)[idx].contiguous()
-            self.tensors[client] = (x, y)
-        return self.tensors[client]
-
-    def actuator(self, client: int, kind: str) -> FrequencyActuator:
-        key = (client, kind)
-        if key not in self.actuators:
-            if kind == "cgroup":  # clients sharing a process cannot each have a cgroup
-                log.warning("cpufreq cgroup needs a deployed client (one process per client); "
-                            "emulating the throttle instead")
-            self.actuators[key] = make_actuator(
-                "emulate" if kind == "cgroup" else kind, self.profiles[client])
-        return self.actuators[key]
-
-
 _lock = threading.Lock()
-_configs: dict[tuple, FedCureConfig] = {}
-_states: dict[tuple, _ClientState] = {}
-
-
-def _config(run_config: dict[str, Any]) -> FedCureConfig:
-    key = tuple(sorted(run_config.items()))
-    cfg = _configs.get(key)
-    if cfg is None:
-        cfg = config_from_run_config(run_config)
-        _configs[key] = cfg
-    return cfg
-
-
-def client_state(cfg: FedCureConfig) -> _ClientState:
-    """The cached dataset/partition/devices/model for ``cfg`` (loaded on first use)."""
-    key = client_key(cfg)
-    with _lock:
-        state = _states.get(key)
-        if state is None:
-            from fedcure_app.data.own_federation import load_federation_data
-            from fedcure_app.federation import partition_for, profiles_for
-
-            dataset = load_federation_data(cfg)
-            part = partition_for(cfg, dataset)
-            state = _ClientState(
-                cfg=cfg,
-                fingerprint=client_fingerprint(cfg),
-                dataset=dataset,
-                client_indices=[np.asarray(ix) for ix in part.client_indices],
-                profiles=profiles_for(cfg),
-                model=build_model(dataset.model_spec, dataset.num_classes),
-            )
-            _states.clear()  # one run at a time per process: drop the previous run's data
-            _states[key] = state
-            log.info("client data loaded: %s, %d clients", dataset.name, len(part.client_indices))
-        return state
-
-
-def _client_id(state: _ClientState, config: ConfigRecord | None, context: Context) -> int:
-    if config is not None and "client-id" in config:
-        client = int(config["client-id"])
-    elif "client-id" in context.node_config:
-        client = int(context.node_config["client-id"])
-    elif "partition-id" in context.node_config:
-        client = int(context.node_config["partition-id"])
-    else:
-        raise ValueError("no client-id in the message and no partition-id in the node config")
-    n = state.cfg.federation.num_clients
-    if not 0 <= client < n:
-        raise ValueError(f"client-id {client} outside 0..{n - 1} (num-clients = {n})")
-    return client
-
-
-def _check_fingerprint(state: _ClientState, config: ConfigRecord) -> None:
-    want = config.get("data-key")
-    if want is not None and str(want) != state.fingerprint:
-        raise RuntimeError(
-            "this ClientApp's run config describes other clients (dataset, partition, seed, "
-            "devices) than the ServerApp's; give both the same run config"
-        )
 
 
 @dataclass
@@ -197,6 +110,19 @@ class _DeployedState:
     actuators: dict[str, FrequencyActuator] = field(default_factory=dict)
     #: the GPU-clock actuator per (kind, root); None where there is none (off, or no devfreq)
     gpu_actuators: dict[str, Any] = field(default_factory=dict)
+    #: the held-out part as tensors on the device (:meth:`held_out`), made on first use
+    held: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def held_out(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The held-out part (x_test, y_test) on the client's device, or None (none, or
+        empty): what federated evaluation evaluates on."""
+        d = self.data
+        if d.x_test is None or d.y_test is None or len(d.y_test) == 0:
+            return None
+        if self.held is None:
+            dev = self.x.device
+            self.held = (torch.from_numpy(d.x_test).to(dev), torch.from_numpy(d.y_test).to(dev))
+        return self.held
 
     @property
     def device(self) -> str:
@@ -396,10 +322,10 @@ def train(msg: Message, context: Context) -> Message:
         f_max = deployed.data.profile.f_max_ghz
         x, y, model, norm = deployed.x, deployed.y, deployed.model, deployed.norm
     else:
-        cfg = _config(context.run_config)
+        cfg = config_of(context.run_config)
         state = client_state(cfg)
-        _check_fingerprint(state, conf)
-        client = _client_id(state, conf, context)
+        check_fingerprint(state, conf)
+        client = client_id_of(state, conf, context)
         pid = context.node_config.get("partition-id")
         if pid is not None and int(pid) != client and not conf.get("node-shared", False):
             log.warning("node with partition-id %s asked to train client %d", pid, client)
@@ -479,26 +405,36 @@ def query(msg: Message, context: Context) -> Message:
 
 @app.evaluate()
 def evaluate_local(msg: Message, context: Context) -> Message:
-    """Loss and accuracy of the sent model on this client's training data."""
+    """The sent model on this client's held-out part (federated evaluation: loss, accuracy and
+    the sums of :mod:`fedcure_app.flower.eval_metrics`); a client without one evaluates on its
+    training data and reports zero sums."""
     apply_thread_policy(where="ClientApp")
     conf = msg.content.config_records.get("config")
     deployed = deployed_state(context)
+    held = None
     if deployed is not None:
         _check_deployed_id(deployed, conf)
         x, y, model, norm = deployed.x, deployed.y, deployed.model, deployed.norm
+        held = deployed.held_out()
+        num_classes = int(deployed.data.num_classes)
     else:
-        cfg = _config(context.run_config)
+        cfg = config_of(context.run_config)
         state = client_state(cfg)
-        client = _client_id(state, conf, context)
+        client = client_id_of(state, conf, context)
         x, y = state.data(client)
         model, norm = state.model, None
+        num_classes = int(state.dataset.num_classes)
     shapes = weight_shapes(model)
     set_weights(model, unpack(msg.content["arrays"].to_numpy_ndarrays(), shapes))
-    res = evaluate(model, x, y, norm=norm)
-    metrics = MetricRecord({
-        "num-examples": int(res.samples), "loss": float(res.loss),
-        "accuracy": float(res.accuracy),
-    })
+    if held is not None:
+        sums = evaluation_sums(model, held[0], held[1], num_classes, norm=norm)
+        n, loss, acc = sums.samples, sums.loss_sum / sums.samples, sums.correct / sums.samples
+    else:
+        res = evaluate(model, x, y, norm=norm)
+        sums = EvalSums.empty(num_classes)
+        n, loss, acc = res.samples, res.loss, res.accuracy
+    metrics = MetricRecord({"num-examples": int(n), "loss": float(loss),
+                            "accuracy": float(acc), **sums_to_metrics(sums)})
     return Message(RecordDict({"metrics": metrics}), reply_to=msg)
 
 

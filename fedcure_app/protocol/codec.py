@@ -9,7 +9,7 @@
   (:class:`WithModel`, :func:`serialize_with_model`, :func:`split_model`, :func:`parse_task`,
   :func:`parse_submit`, :func:`unwrap`, :class:`EdgeLinkClient`, :func:`edge_link_handler`);
 - :mod:`fedcure_app.protocol.convert`: value types ↔ protobuf messages (``profile_*``,
-  ``task_*``, ``report_*``, ``result_*``).
+  ``task_*``, ``report_*``, ``result_*``, ``evaluation_*``).
 
 Import from here or from the module itself; both name the same objects.
 """
@@ -29,6 +29,8 @@ from fedcure_app.protocol.arrays import (
     tensor_key,
 )
 from fedcure_app.protocol.convert import (
+    evaluation_from_proto,
+    evaluation_to_proto,
     profile_from_proto,
     profile_to_proto,
     report_from_proto,
@@ -59,7 +61,8 @@ from fedcure_app.protocol.wire import (
 __all__ = [
     "CodecError", "EDGE_LINK", "EdgeLinkClient", "FORMAT_NAME", "GRPC_OPTIONS", "MAX_DIM",
     "MAX_MESSAGE_BYTES", "MAX_NDIM", "SUBMIT_MODEL_FIELD", "TASK_MODEL_FIELD", "WithModel",
-    "check_like", "decode_arrays", "edge_link_handler", "encode_arrays", "encode_parts",
+    "check_like", "decode_arrays", "edge_link_handler", "evaluation_from_proto",
+    "evaluation_to_proto", "encode_arrays", "encode_parts",
     "parse_submit", "parse_task", "profile_from_proto", "profile_to_proto", "read_header",
     "report_from_proto", "report_to_proto", "result_from_proto", "result_to_proto",
     "result_to_wire", "serialize_with_model", "split_model", "task_from_proto", "task_to_proto",

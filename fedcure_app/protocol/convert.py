@@ -22,7 +22,7 @@ from fedcure_app.protocol import cloud_pb2 as pb
 from fedcure_app.protocol.arrays import decode_arrays, encode_arrays, encode_parts
 from fedcure_app.protocol.profiles import profile_from_proto, profile_to_proto
 from fedcure_app.protocol.wire import WithModel, unwrap
-from fedcure_app.tasks import ClientReport, EdgeResult, EdgeTask
+from fedcure_app.tasks import ClientReport, EdgeResult, EdgeTask, EvalSums
 
 
 # ------------------------------------------------------------------------------ tasks
@@ -40,6 +40,7 @@ def _task_header(task: EdgeTask, round: int, t_hat_round_s: float) -> pb.Task:
         seed=task.seed,
         round=round,
         t_hat_round_s=t_hat_round_s,
+        evaluate=bool(task.evaluate),
     )
 
 
@@ -74,6 +75,7 @@ def task_from_proto(msg: pb.Task | WithModel, *, copy: bool = False) -> EdgeTask
         lr=msg.lr,
         batch_size=msg.batch_size,
         seed=int(msg.seed),
+        evaluate=bool(msg.evaluate),
     )
 
 
@@ -148,7 +150,26 @@ def result_from_proto(msg: pb.SubmitRequest | WithModel, coalition: int, *,
     )
 
 
+# ------------------------------------------------------------------------------ evaluations
+def evaluation_to_proto(client: int, sums: EvalSums) -> pb.ClientEvaluation:
+    """One client's :class:`EvalSums` as a ``ClientEvaluation`` message."""
+    return pb.ClientEvaluation(
+        client_id=int(client), samples=int(sums.samples), loss_sum=float(sums.loss_sum),
+        correct=int(sums.correct), class_correct=[int(v) for v in sums.class_correct],
+        class_total=[int(v) for v in sums.class_total])
+
+
+def evaluation_from_proto(msg: pb.ClientEvaluation) -> tuple[int, EvalSums]:
+    """(client id, :class:`EvalSums`) of a ``ClientEvaluation``; ``ValueError`` when its sums
+    are inconsistent."""
+    return int(msg.client_id), EvalSums(
+        samples=int(msg.samples), loss_sum=float(msg.loss_sum), correct=int(msg.correct),
+        class_correct=tuple(int(v) for v in msg.class_correct),
+        class_total=tuple(int(v) for v in msg.class_total))
+
+
 __all__ = [
+    "evaluation_from_proto", "evaluation_to_proto",
     "profile_from_proto", "profile_to_proto", "report_from_proto", "report_to_proto",
     "result_from_proto", "result_to_proto", "result_to_wire", "task_from_proto", "task_to_proto",
     "task_to_wire",

@@ -1,0 +1,210 @@
+"""Federated evaluation: clients' held-out sums -> edge (fake grid) -> cloud, exact.
+
+The clients answer evaluate messages through the real ClientApp handler (their node data files
+hold a held-out part); the edge loop is :func:`run_edge_evaluation` on a fake grid; the sums are
+combined by the cloud's :func:`cloud_server.fedeval.combine`. The federated accuracy equals a
+central evaluation of the same model on the union of the held-out parts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cloud_server.fedeval import combine
+from fedcure_app.flower.eval_metrics import SUM_KEYS
+from fedcure_app.tasks import EdgeTask, EvalSums
+from tests.simulation.fake_grid import FakeGrid, task_identity
+
+CLASSES = ["a", "b", "c"]
+FEATURES = 5
+
+
+@pytest.fixture(autouse=True)
+def _identity():
+    with task_identity():
+        yield
+
+
+def _task() -> dict:
+    from fedcure_app.data.task import TaskConfig
+
+    return TaskConfig(kind="tabular", classes=CLASSES, features=FEATURES,
+                      model="mlp").model_dump(mode="json", by_alias=True)
+
+
+def _node_file(tmp_path: Path, name: str, seed: int, n_test: int | None) -> Path:
+    """A tabular own-data client: 20 training rows and ``n_test`` held-out rows (None: no
+    held-out part), its classes skewed by ``seed``."""
+    from fedcure_app.devices import PRESETS
+    from fedcure_app.flower.node_data import NodeData, save_node_data
+
+    rng = np.random.default_rng(seed)
+    held = None if n_test is None else (
+        rng.normal(size=(n_test, FEATURES)).astype(np.float32),
+        rng.integers(0, 2 + seed % 2, n_test).astype(np.int64))
+    data = NodeData(x=rng.normal(size=(20, FEATURES)).astype(np.float32),
+                    y=rng.integers(0, 3, 20).astype(np.int64), dataset="own",
+                    num_classes=len(CLASSES), client_name=name, partition_id=seed,
+                    profile=PRESETS["laptop"], x_test=None if held is None else held[0],
+                    y_test=None if held is None else held[1], task=_task())
+    return save_node_data(tmp_path / f"{name}.npz", data)
+
+
+def _model_arrays(seed: int = 1) -> list[np.ndarray]:
+    import torch
+
+    from fedcure_app.data.task import parse_task
+    from fedcure_app.models import build_model, get_weights
+
+    torch.manual_seed(seed)
+    return get_weights(build_model(parse_task(_task()), len(CLASSES)))
+
+
+def _client_handler(path: Path, client: int):
+    """A node answering through the real ClientApp ``evaluate`` handler."""
+    from flwr.app import Context, RecordDict
+
+    import fedcure_app.flower.client_app as client_app
+
+    def handle(msg):
+        client_app._deployed.clear()
+        ctx = Context(run_id=1, node_id=client, node_config={"data-file": str(path),
+                                                             "client-id": client},
+                      state=RecordDict(), run_config={})
+        reply = client_app.evaluate_local(msg, ctx)
+        client_app._deployed.clear()
+        return reply
+
+    return handle
+
+
+def _central(paths: list[Path], arrays: list[np.ndarray]):
+    """The central evaluation of ``arrays`` on the union of the clients' held-out parts."""
+    from fedcure_app.data.task import parse_task
+    from fedcure_app.flower.node_data import load_node_data
+    from fedcure_app.models import build_model, set_weights
+    from fedcure_app.training import evaluate
+
+    parts = [load_node_data(p) for p in paths]
+    x = np.concatenate([d.x_test for d in parts if d.x_test is not None])
+    y = np.concatenate([d.y_test for d in parts if d.y_test is not None])
+    model = build_model(parse_task(_task()), len(CLASSES))
+    set_weights(model, arrays)
+    return evaluate(model, x, y), y
+
+
+def _edge_task(arrays, clients) -> EdgeTask:
+    return EdgeTask(task_id="eval-r5-c0-v9", coalition=0, version=9, arrays=arrays,
+                    clients=tuple(clients), frequencies_ghz={}, tau_e=1, tau_c=1, lr=0.0,
+                    batch_size=8, seed=0, evaluate=True)
+
+
+def test_the_federated_accuracy_is_a_central_evaluation_on_the_union_of_held_out_parts(
+        tmp_path: Path):
+    from fedcure_app.flower.edge_eval import run_edge_evaluation
+
+    paths = [_node_file(tmp_path, f"c{i}", i, n) for i, n in enumerate((7, 13, 4))]
+    nodes = {c: 100 + c for c in range(3)}
+    grid = FakeGrid({100 + c: _client_handler(p, c) for c, p in enumerate(paths)})
+    arrays = _model_arrays()
+    out = run_edge_evaluation(grid, _edge_task(arrays, range(3)), nodes, poll_s=0.001,
+                              timeout_s=5.0, num_classes=len(CLASSES))
+    assert out.missing == [] and sorted(out.clients) == [0, 1, 2]
+    assert [m.metadata.message_type for m in grid.sent] == ["evaluate"] * 3
+    fed = combine(out.clients.values(), len(CLASSES))
+    central, y = _central(paths, arrays)
+    assert (fed.samples, fed.clients) == (24, 3)
+    assert fed.accuracy == central.accuracy  # exact: the same counts
+    assert fed.loss == pytest.approx(central.loss, rel=1e-6)  # batches differ: float rounding
+    for k, acc in enumerate(fed.class_accuracy):
+        want = central.class_accuracy[k]
+        assert (acc is None and np.isnan(want)) or acc == want
+    assert sum(out.clients[c].samples for c in out.clients) == y.size
+
+
+def test_every_client_answers_the_same_metric_keys_with_or_without_a_held_out_part(
+        tmp_path: Path):
+    from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
+
+    from fedcure_app.flower.packing import pack
+
+    paths = [_node_file(tmp_path, "held", 0, 6), _node_file(tmp_path, "none", 1, None)]
+    keys = []
+    for c, path in enumerate(paths):
+        msg = Message(RecordDict({"arrays": ArrayRecord(pack(_model_arrays())),
+                                  "config": ConfigRecord({"client-id": c})}),
+                      dst_node_id=1, message_type="evaluate")
+        reply = _client_handler(path, c)(msg)
+        metrics = reply.content["metrics"]
+        keys.append(sorted(metrics.keys()))
+        assert len(metrics["eval-class-total"]) == len(CLASSES)
+        if c == 1:  # no held-out part: the old evaluation on its training data, zero sums
+            assert metrics["eval-samples"] == 0 and metrics["num-examples"] == 20
+        else:
+            assert metrics["eval-samples"] == metrics["num-examples"] == 6
+    assert keys[0] == keys[1] and set(SUM_KEYS) <= set(keys[0])
+
+
+def test_the_edge_lists_silent_and_malformed_clients_as_missing(tmp_path: Path):
+    from flwr.app import MetricRecord, RecordDict
+
+    from fedcure_app.flower.edge_eval import run_edge_evaluation
+
+    path = _node_file(tmp_path, "ok", 0, 5)
+    grid = FakeGrid({100: _client_handler(path, 0), 101: lambda m: None,
+                     102: lambda m: RecordDict({"metrics": MetricRecord({"eval-samples": 3})}),
+                     103: lambda m: RecordDict({"metrics": MetricRecord({
+                         "eval-samples": 1, "eval-loss-sum": 0.5, "eval-correct": 1,
+                         "eval-class-correct": [1, 0], "eval-class-total": [1, 0]})})})
+    task = _edge_task(_model_arrays(), (0, 1, 2, 3, 4))
+    out = run_edge_evaluation(grid, task, {0: 100, 1: 101, 2: 102, 3: 103}, poll_s=0.001,
+                              timeout_s=0.05, num_classes=len(CLASSES))
+    assert sorted(out.clients) == [0] and out.missing == [1, 2, 3, 4]
+    assert "no reply" in out.problems[1] and "lack" in out.problems[2]
+    assert "2 classes" in out.problems[3] and "no Flower node" in out.problems[4]
+
+
+def _sums(draw_counts: list[tuple[int, int, int]]) -> list[EvalSums]:
+    """Clients' sums from (class, correct?, count) triples per client."""
+    out = []
+    for i, (a, b, c) in enumerate(draw_counts):
+        total = (a, b, c)
+        correct = (a // 2, b, 0)
+        out.append(EvalSums(sum(total), 0.25 * sum(total) + i, sum(correct), correct, total))
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 50), st.integers(0, 50), st.integers(0, 50)),
+                min_size=1, max_size=6))
+def test_combine_is_the_sample_weighted_mean_and_ignores_clients_without_samples(counts):
+    sums = _sums(counts)
+    res = combine(sums, 3)
+    n = sum(s.samples for s in sums)
+    assert res.samples == n and res.clients == sum(1 for s in sums if s.samples)
+    if n == 0:
+        assert res.accuracy is None and res.loss is None
+        return
+    weighted = sum(s.samples * (s.correct / s.samples) for s in sums if s.samples) / n
+    assert res.accuracy == pytest.approx(weighted)
+    assert res.loss == pytest.approx(sum(s.loss_sum for s in sums) / n)
+    for k in range(3):
+        t = sum(s.class_total[k] for s in sums)
+        c = sum(s.class_correct[k] for s in sums)
+        assert res.class_accuracy[k] == (None if t == 0 else c / t)
+    # the order the edges answered in does not change the result
+    assert combine(list(reversed(sums)), 3) == res
+
+
+def test_inconsistent_sums_are_refused():
+    with pytest.raises(ValueError):
+        EvalSums(3, 1.0, 4, (4,), (3,))  # more correct than samples
+    with pytest.raises(ValueError):
+        EvalSums(3, 1.0, 1, (1, 0), (2, 0))  # per-class totals do not sum to the samples
+    with pytest.raises(ValueError):
+        combine([EvalSums(2, 1.0, 1, (1, 0), (1, 1))], 3)
