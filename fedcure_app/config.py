@@ -197,7 +197,17 @@ class ReliabilityConfig(_Section):
         "norm-factor × the median distance of recently accepted ones")
     norm_window: int = Field(20, ge=1, le=100_000, description="accepted distances remembered")
     norm_min_history: int = Field(
-        3, ge=1, le=100_000, description="accepted models needed before the norm screen acts")
+        3, ge=1, le=100_000, description="accepted models needed before the median part of "
+        "the norm screen acts (the step bound acts from the first)")
+    norm_grad_bound: float = Field(
+        100.0, gt=0.0, le=1e12, allow_inf_nan=False, description="G, a conservative bound on a "
+        "mini-batch gradient's L2 norm: from the first update on, an edge model farther from "
+        "the global model than lr·τ_c·τ_e·G (the farthest a task's SGD steps move it) is "
+        "refused; raise it for a model whose gradients are longer")
+    norm_growth: float = Field(
+        2.0, ge=1.0, le=100.0, allow_inf_nan=False, description="an accepted distance enters "
+        "the norm screen's history clipped to norm-growth × the history's median, so one "
+        "accepted update raises the screen's limit at most this factor")
     deadline_quantile: float = Field(
         0.99, gt=0.0, lt=1.0, description="latency quantile (estimator) a task's deadline uses")
     deadline_slack: float = Field(2.0, ge=1.0, description="deadline = slack × that quantile")

@@ -34,9 +34,11 @@ RETRY = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
 
 
 def edge_model(task_model: list[np.ndarray], task_id: str) -> list[np.ndarray]:
-    """The edge model a fake edge returns for a task: 0.9·ω + c(task id), float32-exact."""
-    c = np.float32((zlib.crc32(task_id.encode()) % 1000) / 1000.0)
-    return [(np.asarray(a) * np.float32(0.9) + c).astype(a.dtype) for a in task_model]
+    """The edge model a fake edge returns for a task: 0.99·ω + c(task id), c in [0, 0.01),
+    float32-exact; a step as small as training's (a digits model moves < 1, inside the cloud's
+    step bound)."""
+    c = np.float32((zlib.crc32(task_id.encode()) % 1000) / 100_000.0)
+    return [(np.asarray(a) * np.float32(0.99) + c).astype(a.dtype) for a in task_model]
 
 
 def bad_models(arrays: list[np.ndarray]) -> dict[str, list[np.ndarray]]:

@@ -29,8 +29,11 @@ SMALL_MODEL = [np.zeros((2, 3), np.float32), np.zeros(3, np.float32)]
 
 
 def make_cfg(clients: int, edges: int, **flat) -> FedCureConfig:
+    # the fake edges answer constant models no SGD step makes (up to tens away from the
+    # global model): a norm-grad-bound that lets them through the step bound (lr·τ_c·τ_e·G =
+    # 200 here); tests of the screen set their own
     base = {"num-clients": clients, "num-edges": edges, "num-classes": 4, "global-rounds": 5,
-            "tau-e": 2, "tau-c": 1, "formation": "none"}
+            "tau-e": 2, "tau-c": 1, "formation": "none", "norm-grad-bound": 10_000.0}
     base.update(flat)
     return apply_flat(FedCureConfig(), base)
 
