@@ -15,14 +15,16 @@ from typing import Any
 from fedcure_app.live.model import Counts, LiveState, Progress
 from fedcure_app.live.server import LiveServer
 
-def live_state(controller: Any) -> LiveState:
-    """Where ``controller``'s run stands, for the live view and ``/metrics``."""
+
+def live_state(controller: Any, mode: str = "deployment") -> LiveState:
+    """Where ``controller``'s run stands, for the live view and ``/metrics``; ``mode``:
+    ``deployment``, or ``testbed`` under ``fedcure testbed`` (the page's title names it)."""
     status = controller.status()
     view = controller.strategy_view
     late, expired, refused = controller.tally.snapshot()
     dropped = sum(p.dropped for p in view.history)
     return LiveState(
-        source="cloud", clock="wall", phase=status.phase.name.lower(),
+        source="cloud", clock="wall", mode=mode, phase=status.phase.name.lower(),
         global_rounds=status.global_rounds, clients_registered=status.clients_registered,
         expected_clients=status.expected_clients, edges_connected=status.edges_connected,
         num_edges=status.num_edges, elapsed_s=controller.log.elapsed_s(), view=view,
@@ -33,11 +35,14 @@ def live_state(controller: Any) -> LiveState:
 
 
 def start_dashboard(controller: Any, host: str, port: int, token: str = "",
-                    interval_s: float = 1.0, tls: tuple[str, str] | None = None
-                    ) -> LiveServer:
+                    interval_s: float = 1.0, tls: tuple[str, str] | None = None,
+                    mode: str = "deployment") -> LiveServer:
     """Serve the live view of ``controller`` on ``host:port`` (started; raises ``OSError``
-    when the address cannot be bound). ``tls``: (certificate, key) PEM files: HTTPS."""
-    server = LiveServer(lambda: live_state(controller), host, port, token=token,
+    when the address cannot be bound). ``tls``: (certificate, key) PEM files: HTTPS;
+    ``mode``: what the page's title calls the run (``deployment`` or ``testbed``)."""
+    if mode not in ("deployment", "testbed"):
+        raise ValueError(f"a cloud's live view mode is deployment or testbed, got {mode!r}")
+    server = LiveServer(lambda: live_state(controller, mode), host, port, token=token,
                         interval_s=interval_s, tls=tls)
     server.start()
     return server

@@ -5,16 +5,21 @@ An ES reports the edge round its task is training and the clients it still waits
 (``coalition 1: task r3-c1-v2 edge round 4/12, waiting for clients [3, 5], 35 s in, ETA ~40 s``) on
 every new edge round and at least every ``log_every_s`` seconds while reports keep coming, and
 gives ``Monitor.Status`` a :class:`ProgressRow` per task still in flight. The ETA comes from the
-latency estimator: the task's estimate T̂_m at dispatch, split evenly over its τ_e edge rounds
-(:func:`eta_s`). The controller holds the board (``CloudController.report_progress``);
-:func:`progress_handler` serves the RPC next to the codec's EdgeLink handler.
+latency estimator: the coalition's estimate T̂_m *now* (:func:`current_estimate`), split evenly
+over its τ_e edge rounds (:func:`eta_s`). Not the T̂ the task was dispatched with: in deployment
+the first measured answers rescale every coalition's prior (often by 10-100×), so a task sent
+in round 0 with the device profiles' prediction would show an ETA of a fraction of a second
+while its coalition's own estimate, one column over, says far more is left. The controller
+holds the board (``CloudController.report_progress``); :func:`progress_handler` serves the RPC
+next to the codec's EdgeLink handler.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +41,17 @@ def eta_s(edge_round: int, tau_e: int, estimate_s: float, elapsed_s: float = 0.0
         return 0.0
     later = estimate_s * max(tau_e - edge_round - 1, 0) / tau_e
     return max(estimate_s - max(elapsed_s, 0.0), later)
+
+
+def current_estimate(t_hat_s: Sequence[float], coalition: int, dispatched_s: float) -> float:
+    """The T̂ (seconds) a task's ETA counts from: coalition's entry of ``t_hat_s`` (every
+    coalition's estimate now) where it is a positive number, else ``dispatched_s`` (the estimate
+    the task was sent with)."""
+    if 0 <= coalition < len(t_hat_s):
+        now = float(t_hat_s[coalition])
+        if now > 0 and math.isfinite(now):
+            return now
+    return float(dispatched_s)
 
 
 @dataclass
@@ -97,18 +113,22 @@ class ProgressBoard:
         """Drop coalition's last progress report (its task ended or was given up)."""
         self._reports.pop(coalition, None)
 
-    def snapshot(self, live: Callable[[str], bool]) -> tuple[ProgressRow, ...]:
-        """The reports of tasks still in flight (``live(task_id)``), ages and ETAs as of now."""
+    def snapshot(self, live: Callable[[str], bool],
+                 estimates: Sequence[float] = ()) -> tuple[ProgressRow, ...]:
+        """The reports of tasks still in flight (``live(task_id)``), ages and ETAs as of now;
+        ``estimates``: every coalition's T̂ now (seconds), which the ETAs count from
+        (:func:`current_estimate`; a coalition without one: its report's estimate)."""
         now = self._clock()
         out = []
         for r in sorted(list(self._reports.values()), key=lambda r: r.coalition):
             if not live(r.task_id):
                 continue
             age = max(0.0, now - r.received_at)
+            estimate = current_estimate(estimates, r.coalition, r.estimate_s)
             out.append(ProgressRow(
                 coalition=r.coalition, edge_round=r.edge_round, tau_e=r.tau_e,
                 waiting=r.waiting, elapsed_s=r.elapsed_s + age,
-                eta_s=eta_s(r.edge_round, r.tau_e, r.estimate_s, r.elapsed_s + age), age_s=age))
+                eta_s=eta_s(r.edge_round, r.tau_e, estimate, r.elapsed_s + age), age_s=age))
         return tuple(out)
 
 
@@ -138,5 +158,5 @@ def progress_handler(servicer: Any) -> grpc.GenericRpcHandler:
     })
 
 
-__all__ = ["LOG_EVERY_S", "ProgressBoard", "ProgressRow", "Report", "describe", "eta_s",
-           "progress_handler"]
+__all__ = ["LOG_EVERY_S", "ProgressBoard", "ProgressRow", "Report", "current_estimate",
+           "describe", "eta_s", "progress_handler"]

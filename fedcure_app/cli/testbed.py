@@ -246,6 +246,7 @@ class NamespaceSite(Site):
     """Each role in its own network namespace with shaped links; clients under CPU quotas."""
 
     command = "testbed"
+    mode = "testbed"
 
     def __init__(self, args: argparse.Namespace) -> None:
         from fedcure_app.testbed.plan import run_prefix

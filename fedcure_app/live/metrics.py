@@ -6,7 +6,8 @@ twice, nothing holds the driver's lock). Names and units (:data:`METRICS` docume
 =====================================  =========  =================================================
 name                                   type       meaning
 =====================================  =========  =================================================
-fedcure_info                           gauge      1, labels ``source`` (cloud/simulation), ``clock``
+fedcure_info                           gauge      1, labels ``source`` (cloud/simulation), ``clock``,
+                                                  ``mode`` (simulation/deployment/testbed)
 fedcure_phase                          gauge      1 for the current phase (label ``phase``), else 0
 fedcure_global_version                 gauge      version of the global model
 fedcure_global_rounds_total            counter    global rounds aggregated (edge-model arrivals)
@@ -53,7 +54,8 @@ LATENCY_BUCKETS_S = (0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 
 
 #: name -> help text (the unit is in the name)
 METRICS: dict[str, str] = {
-    "fedcure_info": "FedCure live source (cloud or simulation) and clock (wall or simulated)",
+    "fedcure_info": "FedCure live source (cloud or simulation), clock (wall or simulated) and "
+                    "mode (simulation, deployment or testbed)",
     "fedcure_phase": "1 for the run's current phase, 0 for the others",
     "fedcure_global_version": "Version of the global model",
     "fedcure_global_rounds": "Global rounds aggregated (edge-model arrivals)",
@@ -102,8 +104,9 @@ class LiveCollector(Collector):
         def counter(name: str, value: float) -> CounterMetricFamily:
             return CounterMetricFamily(name, h[name], value=value)
 
-        info = GaugeMetricFamily("fedcure_info", h["fedcure_info"], labels=["source", "clock"])
-        info.add_metric([s.source, s.clock], 1.0)
+        info = GaugeMetricFamily("fedcure_info", h["fedcure_info"],
+                                 labels=["source", "clock", "mode"])
+        info.add_metric([s.source, s.clock, s.mode], 1.0)
         yield info
         yield gauge("fedcure_phase", 0, ["phase"],
                     [([p], 1.0 if p == s.phase else 0.0) for p in PHASES])

@@ -23,6 +23,9 @@ import numpy as np
 
 #: what ``phase`` may be
 PHASES = ("registering", "training", "done")
+#: what ``mode`` may be: the simulator, a deployment (``fedcure-cloud``, ``fedcure launch``),
+#: or ``fedcure testbed`` (a deployment with emulated devices and links)
+MODES = ("simulation", "deployment", "testbed")
 
 
 def _num(x: Any) -> float | None:
@@ -191,11 +194,13 @@ class LiveState:
     """Everything the page and ``/metrics`` show, as of one moment (see the module docstring).
 
     ``source``: ``"cloud"`` or ``"simulation"``; ``clock``: ``"wall"`` or ``"simulated"``
-    (what ``elapsed_s`` and the rounds' ``time_s`` count).
+    (what ``elapsed_s`` and the rounds' ``time_s`` count); ``mode``: one of :data:`MODES`
+    (what the page's title calls the run).
     """
 
     source: str = "cloud"
     clock: str = "wall"
+    mode: str = "deployment"
     phase: str = "registering"
     global_rounds: int = 0
     clients_registered: int = 0
@@ -206,6 +211,11 @@ class LiveState:
     view: StrategyView = field(default_factory=StrategyView)
     progress: tuple[Progress, ...] = ()
     counts: Counts = field(default_factory=Counts)
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"live view mode must be one of {', '.join(MODES)}, "
+                             f"got {self.mode!r}")
 
     @property
     def version(self) -> int:
@@ -264,7 +274,8 @@ class LiveState:
         since = max(0, min(int(since), len(v.history)))
         accs = [p.accuracy for p in v.history if p.accuracy is not None]
         return {
-            "source": self.source, "clock": self.clock, "phase": self.phase,
+            "source": self.source, "clock": self.clock, "mode": self.mode,
+            "phase": self.phase,
             "version": v.version, "round": v.round, "global_rounds": self.global_rounds,
             "clients_registered": self.clients_registered,
             "expected_clients": self.expected_clients,
@@ -285,5 +296,5 @@ class LiveState:
         return replace(self, **changes)
 
 
-__all__ = ["Counts", "LiveState", "PHASES", "Progress", "ROUND_FIELDS", "RoundPoint",
+__all__ = ["Counts", "LiveState", "MODES", "PHASES", "Progress", "ROUND_FIELDS", "RoundPoint",
            "StrategyView"]

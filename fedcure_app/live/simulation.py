@@ -26,7 +26,7 @@ class SimulationFeed:
         self.cfg = cfg
         self.devices = [p.name for p in profiles_for(cfg)]
         self._state = LiveState(
-            source="simulation", clock="simulated", phase="registering",
+            source="simulation", clock="simulated", mode="simulation", phase="registering",
             global_rounds=cfg.run.global_rounds, clients_registered=0,
             expected_clients=cfg.federation.num_clients, edges_connected=0,
             num_edges=cfg.federation.num_edges, view=StrategyView(tau_e=cfg.method.tau_e))

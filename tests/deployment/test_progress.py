@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cloud_server.progress import ProgressBoard, Report, eta_s
+from cloud_server.progress import ProgressBoard, Report, current_estimate, eta_s
 from edge_server.progress import ProgressReporter
 from fedcure_app.cli.launch import progress_text
 from fedcure_app.flower.edge import run_edge_task
@@ -38,6 +38,29 @@ def test_eta_is_what_is_left_of_the_estimate_at_least_for_rounds_not_started(
         assert eta_s(r + 1, tau_e, estimate, elapsed) <= eta + 1e-9
         assert eta_s(r, tau_e, estimate, elapsed + 1.0) <= eta + 1e-9
     assert eta_s(0, tau_e, estimate, 0.0) == pytest.approx(estimate)
+
+
+@given(st.lists(st.one_of(st.floats(allow_nan=True, allow_infinity=True),
+                         st.floats(1e-6, 1e6)), max_size=6),
+       st.integers(-2, 8), st.floats(1e-6, 1e6))
+def test_the_eta_counts_from_the_coalitions_estimate_now_where_it_has_one(t_hat, m, sent):
+    got = current_estimate(t_hat, m, sent)
+    has = 0 <= m < len(t_hat) and t_hat[m] > 0 and t_hat[m] < float("inf")
+    assert got == (t_hat[m] if has else sent)
+
+
+def test_a_task_sent_with_the_prior_gets_an_eta_from_the_calibrated_estimate():
+    """In deployment the first measured answers rescale every coalition's prior: a task sent
+    in round 0 with T^ 0.03 s whose coalition's T^ is now 3 s, 3.3 s in at edge round 1 of 2,
+    has at least half of those 3 s to go (it showed 0.016 s)."""
+    board = ProgressBoard(clock=lambda: 10.0)
+    board.update(Report(task_id="r0-c1-v0", coalition=1, edge_round=0, tau_e=2, waiting=(1,),
+                        elapsed_s=3.3, estimate_s=0.03, received_at=10.0))
+    (old,) = board.snapshot(lambda task: True)
+    assert old.eta_s < 0.03  # the estimate it was sent with: nothing left
+    (row,) = board.snapshot(lambda task: True, estimates=[2.9, 3.0])
+    assert row.eta_s == pytest.approx(1.5)
+    assert row.eta_s >= 3.0 - row.elapsed_s
 
 
 def _report(edge_round: int, at: float, task: str = "r1-c0-v0") -> Report:
@@ -126,6 +149,39 @@ def test_run_edge_task_reports_each_round_and_who_is_still_training():
     assert (0, [2]) in calls, "client 2, still training, was never reported"
     assert calls[calls.index((0, [2])) + 1] == (1, [0, 1])  # client 2 dropped after round 0
     assert calls[-2:] == [(1, []), (2, [])]
+
+
+def test_monitor_status_counts_the_eta_from_the_coalitions_estimate_now(cleanup):
+    """A running cloud: coalition 0's first answer (no warm-up) rescales both priors; the
+    task coalition 1 is still training, sent with the uncalibrated prior, then shows an ETA of
+    at least what is left of its coalition's T^ now, and its share for the edge round to come."""
+    server = start_cloud(make_cfg(4, 2, **{"max-concurrent": 2, "global-rounds": 9,
+                                           "warmup-tasks": 0}), expected=4)
+    cleanup.append(server)
+    ch = channel(server.address)
+    cleanup.append(ch)
+    edges = [FakeEdge(server.address, m) for m in range(2)]
+    cleanup.extend(edges)
+    assoc = pb_grpc.AssociationStub(ch)
+    futs = [assoc.Register.future(register_request(f"c{i}", [5] * 4, home=i % 2), timeout=20)
+            for i in range(4)]
+    [f.result() for f in futs]
+    tasks = [e.next_task(timeout=20) for e in edges]
+    ctl = server.service.controller
+    prior = ctl.strategy_view.t_hat_s[1]
+    time.sleep(1.0)
+    # the report comes before the calibration, the status after it; then a new report
+    req = pb.ProgressRequest(task_id=tasks[1].task_id, edge_id=1, edge_round=0, tau_e=2,
+                             training_client_ids=[1], elapsed_s=1.0)
+    assert pb_grpc.EdgeLinkStub(ch).Progress(req, timeout=5).expected
+    assert edges[0].submit(tasks[0]).accepted
+    now = ctl.strategy_view.t_hat_s[1]
+    assert now > 10 * prior  # calibrated to the measured second
+    for again in (False, True):
+        if again:
+            assert pb_grpc.EdgeLinkStub(ch).Progress(req, timeout=5).expected
+        (p,) = pb_grpc.MonitorStub(ch).Status(pb.StatusRequest(), timeout=5).progress
+        assert p.eta_s >= max(now - p.elapsed_s, now / 2) - 1e-6, (p, now, again)
 
 
 def test_the_cloud_shows_reports_of_tasks_in_flight_and_refuses_answered_ones(cleanup, caplog):

@@ -32,6 +32,9 @@ def test_the_live_view_follows_the_engine_round_by_round(digits):  # noqa: F811
         feed.update(strategy, records, now, acc0)
         state = json.loads(fetch(server.url + "api/state"))
         assert state["source"] == "simulation" and state["clock"] == "simulated"
+        assert state["mode"] == "simulation"  # what the page's title calls the run
+        # the model version is the global round: one edge model mixed in per round
+        assert state["version"] == state["round"]
         assert state["round"] == len(records) == strategy.round
         assert state["version"] == strategy.version
         assert state["elapsed_s"] == pytest.approx(now, abs=1e-3)
@@ -55,7 +58,7 @@ def test_the_live_view_follows_the_engine_round_by_round(digits):  # noqa: F811
         assert seen == list(range(0, 7))
         assert json.loads(fetch(server.url + "api/state"))["phase"] == "done"
         text = fetch(server.url + "metrics")
-        assert 'fedcure_info{clock="simulated",source="simulation"} 1.0' in text
+        assert 'fedcure_info{clock="simulated",mode="simulation",source="simulation"} 1.0' in text
         assert f"fedcure_global_version {float(result['records'][-1]['version'])}" in text
     finally:
         server.stop()

@@ -7,6 +7,9 @@
   const COLORS = ["#4f46e5", "#0a7d32", "#d97706", "#b42318", "#0891b2", "#7c3aed",
                   "#be185d", "#4d7c0f", "#475569", "#c2410c"];
   const SVGNS = "http://www.w3.org/2000/svg";
+  // what the title says of each mode (the run's kind)
+  const MODES = {simulation: "simulation, simulated clock", deployment: "deployment",
+                 testbed: "testbed: emulated devices and links"};
   let rows = [];  // every round seen, as objects
 
   const $ = (id) => document.getElementById(id);
@@ -127,7 +130,10 @@
   }
 
   function render(s) {
-    $("source").textContent = s.source === "simulation" ? "(simulation, simulated clock)" : "(deployment)";
+    const mode = s.mode || (s.source === "simulation" ? "simulation" : "deployment");
+    $("source").textContent = "(" + (MODES[mode] || mode) + ")";
+    document.title = "FedCure live view: " + mode;
+    document.body.dataset.mode = mode;
     $("phase").textContent = s.phase;
     $("round").textContent = s.round;
     $("global-rounds").textContent = s.global_rounds;
@@ -194,12 +200,13 @@
       cell(tr, c.device || "-");
       cell(tr, fmt(c.directive_ghz, 2), "num");
       cell(tr, fmt(c.applied_ghz, 2), "num");
-      const td = cell(tr, "");
+      // the bars take whatever width the cell has left (a share of it, never a fixed size)
+      const td = cell(tr, "", "bars");
       const a = document.createElement("span"); a.className = "bar";
-      a.style.width = (80 * (c.directive_ghz || 0) / top) + "px";
+      a.style.width = (100 * (c.directive_ghz || 0) / top).toFixed(1) + "%";
       const b = document.createElement("span"); b.className = "bar applied";
-      b.style.width = (80 * (c.applied_ghz || 0) / top) + "px";
-      td.appendChild(a); td.appendChild(document.createElement("br")); td.appendChild(b);
+      b.style.width = (100 * (c.applied_ghz || 0) / top).toFixed(1) + "%";
+      td.appendChild(a); td.appendChild(b);
       ct.appendChild(tr);
     });
 
