@@ -221,8 +221,8 @@ def test_a_role_failing_at_start_is_one_line_with_its_reason(capsys, in_tmp, mon
      "fedcure simulate: error: argument --rounds: invalid int value: 'x' "
      "(see fedcure simulate --help)"),
     (["simulat"], "fedcure: error: argument COMMAND: invalid choice: 'simulat' (choose from "
-     "'form', 'data', 'simulate', 'launch', 'testbed', 'certs', 'experiment'); did you mean "
-     "'simulate'? (see fedcure --help)"),
+     "'form', 'data', 'task', 'simulate', 'launch', 'testbed', 'certs', 'experiment'); did "
+     "you mean 'simulate'? (see fedcure --help)"),
 ])
 def test_a_malformed_command_line_is_one_line_pointing_at_help(capsys, argv, expected):
     with pytest.raises(SystemExit) as stop:

@@ -18,9 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from fedcure_app.data import own, own_hf, own_images, own_tables
+from fedcure_app.data import own_hf, own_images, own_read, own_tables
 from fedcure_app.data.errors import ClientDataError
-from fedcure_app.data.own_federation import client_entries
 from fedcure_app.data.task import TaskConfig, parse_task
 
 #: Pillow modes of one channel (anything else counts as colour).
@@ -58,7 +57,7 @@ def _survey_images(s: Survey, headers) -> None:
 
 def survey(path: Path, label_column: str = "label") -> Survey:
     """The cheap pass over one client's data."""
-    source, fmt = own.resolve(path)
+    source, fmt = own_read.resolve(path)
     where = str(source)
     if fmt == "folders":
         s = Survey(path.name, source, fmt, "image")
@@ -125,7 +124,7 @@ def _stats(task: TaskConfig, surveys: list[Survey], label_column: str
     squares = np.zeros(width)
     count = 0
     for s in surveys:
-        parts = own.read_parts(s.source, s.format, task, label_column)
+        parts = own_read.read_parts(s.source, s.format, task, label_column)
         x = parts["train"][0]
         for start in range(0, len(x), _CHUNK):
             block = x[start:start + _CHUNK].astype(np.float64)
@@ -147,7 +146,7 @@ def _short(v: float) -> float:
     return float(f"{float(v):.6g}")
 
 
-def infer(path: str | Path, model: str | None = None, *, label_column: str = "label"
+def infer_task(path: str | Path, model: str | None = None, *, label_column: str = "label"
           ) -> tuple[TaskConfig, dict]:
     """The task and a summary (clients, their formats, samples and classes, image sizes and
     modes seen) for ``fedcure task init``."""
@@ -155,7 +154,7 @@ def infer(path: str | Path, model: str | None = None, *, label_column: str = "la
     if not root.exists():
         raise ClientDataError(f"{root}: no such file or folder")
     single = is_client_data(root)
-    entries = [root] if single else client_entries(root)
+    entries = [root] if single else own_read.client_entries(root)
     surveys = [survey(e, label_column) for e in entries]
     classes = sorted(set().union(*(s.train.keys() | s.test.keys() for s in surveys)))
     if len(classes) < 2:
@@ -179,4 +178,4 @@ def infer(path: str | Path, model: str | None = None, *, label_column: str = "la
     return task, summary
 
 
-__all__ = ["GREY_MODES", "Survey", "infer", "is_client_data", "survey"]
+__all__ = ["GREY_MODES", "Survey", "infer_task", "is_client_data", "survey"]

@@ -128,6 +128,9 @@ def read_npz(path: Path, task_classes: Sequence[str] | None = None
     """An ``.npz``'s parts: ``{"train": (x, names)}`` and ``"test"`` when it has
     ``x_test``/``y_test``; ``x`` as stored, ``names`` the class name of each sample."""
     where = str(path)
+    if not zipfile.is_zipfile(path):
+        raise ClientDataError(f"{where}: cannot read .npz (not a zip archive of arrays; write "
+                              "it with numpy.savez)")
     try:
         with np.load(path, allow_pickle=False) as data:
             arrays = {k: data[k] for k in data.files}
