@@ -4,8 +4,8 @@ The distance of an edge model ω_m from the current global model ω is the L2 no
 tensor, ‖ω_m − ω‖ (float64). :class:`NormScreen` refuses a model whose distance is not finite or
 exceeds its limit
 
-    limit = min(cap, max(FLOOR_SHARE·cap, factor × median(history)))   (history ≥ min_history)
-    limit = cap                                                         (before that)
+    limit = min(cap, max(FLOOR_SHARE·cap, factor × median(history)))  (≥ min_history)
+    limit = cap                                                        (before that)
 
 - ``cap``, the step bound: a task is τ_e edge rounds of FedAvg over clients that each take τ_c
   plain SGD steps at learning rate lr, so its edge model lies within lr·τ_c·τ_e·G of the model

@@ -64,7 +64,8 @@ def test_a_model_far_outside_the_others_is_refused(cleanup):
     e = fakes[0]
     task = e.next_task()
     before = state_of(server)
-    with pytest.raises(grpc.RpcError) as err:  # inside the step bound (200), far past 10× the median
+    # inside the step bound (200), far past 10× the median
+    with pytest.raises(grpc.RpcError) as err:
         e.submit(task, value=50.0)
     assert err.value.code() == INVALID and "median" in err.value.details()
     assert state_of(server) == before
