@@ -20,7 +20,7 @@ def factory(input_shape: Sequence[int], num_classes: int) -> nn.Module:
         return nn.Sequential(nn.Linear(shape[0], 32), nn.Tanh(), nn.Linear(32, num_classes))
     channels = shape[0]
     return nn.Sequential(
-        nn.Conv2d(channels, 16, kernel_size=3, padding=1), nn.ReLU(), nn.MaxPool2d(2, ceil_mode=True),
-        nn.Conv2d(16, 32, kernel_size=3, padding=1), nn.ReLU(), nn.MaxPool2d(2, ceil_mode=True),
+        nn.Conv2d(channels, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2, ceil_mode=True),
+        nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2, ceil_mode=True),
         nn.AdaptiveAvgPool2d(4), nn.Flatten(),
         nn.Linear(32 * 4 * 4, 64), nn.ReLU(), nn.Linear(64, num_classes))

@@ -65,9 +65,11 @@ def stratified_holdout(y: np.ndarray, fraction: float, seed: int
                        ) -> tuple[np.ndarray, np.ndarray]:
     """Split sample indices into (train, test): disjoint, sorted int64 arrays covering
     ``range(len(y))``. Each class of n samples gives round(fraction·n) to the test part, at
-    least 1 and at most n − 1 when n ≥ 2 (a single sample stays in training); the samples are
-    drawn by a generator seeded with ``seed``, so the split is a function of (y, fraction,
-    seed). ``fraction`` in [0, 1); 0 gives an empty test part."""
+    least 1 and at most n − 1 when n ≥ 2 (a single sample stays in training, unless every
+    class is a single sample: then round(fraction·N), at least 1 and at most N − 1, of them go
+    to the test part); the samples are drawn by a generator seeded with ``seed``, so the split
+    is a function of (y, fraction, seed). ``fraction`` in [0, 1); 0 gives an empty test
+    part, and any other fraction a non-empty one when there are at least 2 samples."""
     if not 0.0 <= fraction < 1.0:
         raise ValueError(f"hold-out fraction must be in [0, 1) (got {fraction})")
     y = np.asarray(y)
@@ -80,6 +82,9 @@ def stratified_holdout(y: np.ndarray, fraction: float, seed: int
             k = min(max(int(round(fraction * n)), 1), n - 1) if n >= 2 else 0
             if k:
                 test_mask[rng.permutation(idx)[:k]] = True
+        if not test_mask.any() and len(y) >= 2:  # every class a single sample
+            k = min(max(int(round(fraction * len(y))), 1), len(y) - 1)
+            test_mask[rng.permutation(len(y))[:k]] = True
     return (np.flatnonzero(~test_mask).astype(np.int64),
             np.flatnonzero(test_mask).astype(np.int64))
 

@@ -150,7 +150,7 @@ def infer_task(path: str | Path, model: str | None = None, *, label_column: str 
           ) -> tuple[TaskConfig, dict]:
     """The task and a summary (clients, their formats, samples and classes, image sizes and
     modes seen) for ``fedcure task init``."""
-    root = Path(path)
+    root = Path(path).expanduser()
     if not root.exists():
         raise ClientDataError(f"{root}: no such file or folder")
     single = is_client_data(root)

@@ -24,7 +24,7 @@ def resolve(path: str | Path) -> tuple[Path, str]:
     """The file or folder to read and its format (folders, npz, csv, datasets). A folder whose
     only entry is one ``.csv``/``.npz`` file stands for that file. Refused: PATH missing or
     empty, or a file of another kind."""
-    p = Path(path)
+    p = Path(path).expanduser()
     if not p.exists():
         raise ClientDataError(f"{p}: no such file or folder")
     if p.is_file():
@@ -48,7 +48,7 @@ def resolve(path: str | Path) -> tuple[Path, str]:
 def client_entries(folder: str | Path) -> list[Path]:
     """The client entries of a folder of clients, sorted by name: its visible subfolders and
     ``.csv``/``.npz`` files (other files, a README say, are skipped)."""
-    p = Path(folder)
+    p = Path(folder).expanduser()
     if not p.is_dir():
         raise ClientDataError(f"{p}: not a folder")
     found = [e for e in own_images.visible(p)

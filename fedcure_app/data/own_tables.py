@@ -113,7 +113,8 @@ def _names_of(y: np.ndarray, classes: np.ndarray | None, task_classes: Sequence[
     text = np.asarray([str(int(v)) for v in y], dtype=str)
     if task_classes is not None:
         known = set(task_classes)
-        missing = sorted({t for t in set(text.tolist()) if t not in known}, key=lambda t: (len(t), t))
+        missing = sorted((t for t in set(text.tolist()) if t not in known),
+                         key=lambda t: (len(t), t))
         if missing:
             raise ClientDataError(
                 f"{where}: {key} holds integer labels ({missing[0]}) that are not the task's "

@@ -52,7 +52,8 @@ def test_small_noisy_counts_clip_at_zero_rather_than_go_negative():
 @pytest.mark.parametrize("eps", [0.1, 1.0, 10.0])
 def test_empirical_error_matches_the_laplace_bound(eps):
     """With no clipping (large counts), |release − count| > t (t whole) happens exactly when
-    |noise| ≥ t + 1/2: probability exp(−(t + 1/2)·ε) ≤ exp(−t·ε), the documented bound."""
+    |noise| ≥ t + 1/2: probability exp(−(t + 1/2)·ε) ≤ exp(−t·ε), the documented
+    bound."""
     n = 40_000
     counts = np.full(n, 100_000, dtype=np.int64)
     err = np.abs(private_histogram(counts, eps, rng=np.random.default_rng(7)) - counts)

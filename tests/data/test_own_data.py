@@ -171,7 +171,7 @@ def test_a_folder_holding_one_csv_reads_that_file(tmp_path):
 # ----------------------------------------------------------------------------- datasets
 
 
-def _hf_images(path, labels, names, hw=(6, 5), split=None):
+def _hf_images(labels, names, hw=(6, 5)):
     datasets = pytest.importorskip("datasets")
     arr = pixels(len(labels), hw)
     feats = datasets.Features({"image": datasets.Image(),
@@ -182,7 +182,7 @@ def _hf_images(path, labels, names, hw=(6, 5), split=None):
 
 
 def test_datasets_folder_with_classlabel_names(tmp_path):
-    ds, arr = _hf_images(tmp_path, [0, 1, 1, 0], ["zebra", "dog"])
+    ds, arr = _hf_images([0, 1, 1, 0], ["zebra", "dog"])
     ds.save_to_disk(str(tmp_path / "hf"))
     data = read_client_data(tmp_path / "hf", image_task(), holdout=0)
     assert data.format == "datasets"
@@ -191,8 +191,8 @@ def test_datasets_folder_with_classlabel_names(tmp_path):
 
 def test_datasets_dict_gives_train_and_test_and_tables_with_string_labels(tmp_path):
     datasets = pytest.importorskip("datasets")
-    tr, _ = _hf_images(tmp_path, [0, 1, 0], ["cat", "dog"])
-    te, _ = _hf_images(tmp_path, [1], ["cat", "dog"])
+    tr, _ = _hf_images([0, 1, 0], ["cat", "dog"])
+    te, _ = _hf_images([1], ["cat", "dog"])
     datasets.DatasetDict({"train": tr, "test": te}).save_to_disk(str(tmp_path / "dd"))
     data = read_client_data(tmp_path / "dd", image_task(), holdout=0.5)
     assert data.y_train.tolist() == [0, 1, 0] and data.y_test.tolist() == [1]
@@ -282,7 +282,8 @@ def test_npz_refusals(tmp_path):
     refused("nan.npz|row 2, feature 2", read_client_data, tmp_path / "nan.npz", table_task())
     np.savez(tmp_path / "float.npz", x=np.zeros((2, 6, 5)), y=np.array(["cat", "dog"]))
     refused("float.npz|uint8", read_client_data, tmp_path / "float.npz", image_task())
-    np.savez(tmp_path / "obj.npz", x=pixels(2, (6, 5)), y=np.array(["cat", None], dtype=object))
+    np.savez(tmp_path / "obj.npz", x=pixels(2, (6, 5)),
+             y=np.array(["cat", None], dtype=object))
     refused("obj.npz|pickled", read_client_data, tmp_path / "obj.npz", image_task())
     (tmp_path / "junk.npz").write_bytes(b"not a zip")
     refused("junk.npz|cannot read .npz", read_client_data, tmp_path / "junk.npz", image_task())
@@ -316,6 +317,8 @@ def test_stratified_holdout_is_disjoint_covering_stratified_and_seeded(labels, f
     assert np.array_equal(again[0], tr) and np.array_equal(again[1], te)
     if fraction == 0:
         assert len(te) == 0
+    elif len(y) >= 2:
+        assert len(te) >= 1 and len(tr) >= 1
 
 
 def test_holdout_size_follows_the_fraction_per_class_and_seed_changes_the_draw():
