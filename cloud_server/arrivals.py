@@ -227,7 +227,7 @@ class Arrivals:
         new = [self.tasks.make(d, s) for d in s.refill()]
         if new:
             fault["detail"] += f"; dispatched {[t.dispatch.coalition for t in new]}"
-        self.durability.save(self.fed)
+        self.durability.save(self.fed, required=False)
         return new
 
     def take_back(self, m: int, why: str) -> list[TaskState]:
@@ -237,7 +237,7 @@ class Arrivals:
         self.log.fault("back", m, f"coalition {m} available again: {why}", s.round)
         s.mark_available(m)
         new = [self.tasks.make(d, s) for d in s.refill()]
-        self.durability.save(self.fed)
+        self.durability.save(self.fed, required=False)
         return new
 
 

@@ -360,11 +360,6 @@ class CloudController:
         assert s is not None
         self._fault("resumed", None, f"resumed from checkpoint at version {s.version}, "
                                      f"round {s.round}")
-        recovered = self.checkpoints.recovered
-        if recovered is not None:  # a torn or damaged file was passed over: one line
-            line = f"{recovered} (version {s.version})"
-            log.warning("%s", line)
-            self._fault("checkpoint-recovered", None, line)
         return state["phase"] == "done" or self.finished()
 
 

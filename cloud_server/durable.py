@@ -19,7 +19,7 @@ import numpy as np
 
 from fedcure_app.config import FedCureConfig
 from fedcure_app.protocol.codec import CodecError, decode_arrays
-from cloud_server.checkpoint import CheckpointError, CheckpointStore, config_diff
+from cloud_server.checkpoint import CheckpointError, CheckpointStore, DiskFull, config_diff
 from cloud_server.screening import NormScreen
 from cloud_server.state import (
     ClientEntry, Federation, Roster, RunLog, TaskBook, TaskState, jsonable,
@@ -64,14 +64,35 @@ class Durability:
         self.log = log
         self.tasks = tasks
         self.screen = screen
+        #: why the last checkpoint was not written for want of space (None: it was written)
+        self.disk_full: str | None = None
 
-    def save(self, federation: Federation | None) -> None:
+    def save(self, federation: Federation | None, *, required: bool = True) -> None:
         """Write the durable state (worker thread, holding the controller's lock); nothing
-        before formation or without a store."""
+        before formation or without a store.
+
+        A full disk raises :class:`~cloud_server.checkpoint.DiskFull` when ``required`` (an
+        accepted update: it is rolled back and refused, so nothing acknowledged is only in
+        memory); otherwise (an availability change, which nobody is told is durable) the next
+        write catches up. Either way one line says so when the disk fills and one when a
+        checkpoint is written again."""
         if self.store is None or federation is None:
             return
         state, models = self.state(federation)
-        self.store.save(state, models)
+        try:
+            self.store.save(state, models)
+        except DiskFull as err:
+            if self.disk_full is None:
+                log.warning("cloud disk full: %s; updates are refused (RESOURCE_EXHAUSTED) "
+                            "until space returns, the last checkpoint stays whole",
+                            err.strerror)
+            self.disk_full = str(err.strerror)
+            if required:
+                raise
+            return
+        if self.disk_full is not None:
+            log.warning("cloud disk has space again: checkpoint written; updates are taken again")
+            self.disk_full = None
 
     def state(self, federation: Federation) -> tuple[dict[str, Any], dict[int, bytes | memoryview]]:
         """The durable state and the model bytes it needs (holding the lock)."""
@@ -170,6 +191,11 @@ class Durability:
         if missing:
             raise CheckpointError(f"checkpoint lacks the tasks of coalitions {sorted(missing)}")
         run.t0 = now_mono - float(state["elapsed_s"])
+        recovered = self.store.recovered if self.store is not None else None
+        if recovered is not None:  # a torn or damaged file was passed over: one line
+            line = f"{recovered} (version {s.version})"
+            log.warning("%s", line)
+            run.fault("checkpoint-recovered", None, line, s.round)
         log.info("resumed from checkpoint: version %d, round %d, %d records, %d coalitions in "
                  "flight %s, unavailable %s", s.version, s.round, len(run.records),
                  len(s.in_flight), sorted(s.in_flight), sorted(s.unavailable))

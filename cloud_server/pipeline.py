@@ -20,6 +20,7 @@ from typing import Any
 from fedcure_app.protocol import cloud_pb2 as pb
 from fedcure_app.protocol.codec import report_from_proto
 from cloud_server import validation as door
+from cloud_server.checkpoint import DiskFull
 from cloud_server.controller import CloudController
 from cloud_server.edge_streams import EdgeStreams
 from cloud_server.refusal import Reason, Refusal
@@ -124,6 +125,12 @@ class ArrivalPipeline:
                               f"task {task.task_id}: {err}") from None
             except (Refusal, asyncio.CancelledError):
                 raise
+            except DiskFull as err:  # logged once by Durability.save; the edge asks again
+                raise Refusal(
+                    Reason.RESOURCE_EXHAUSTED,
+                    f"cloud disk full: task {task.task_id} not aggregated "
+                    f"({str(err.strerror)[:200]}); nothing changed, retry when space "
+                    "returns") from None
             except Exception as err:  # noqa: BLE001 - e.g. the checkpoint write
                 log.exception("applying task %s failed; rolled back", task.task_id)
                 raise Refusal(

@@ -52,8 +52,10 @@ log = logging.getLogger("fedcure.edge")
 SUBMIT_RETRY_S = 1.0
 #: seconds one Submit may take (the cloud decodes, checks, aggregates and checkpoints)
 SUBMIT_TIMEOUT_S = 300.0
-#: Submit failures that mean "not answered" (asked again), not "refused"
-RETRIED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+#: Submit failures that mean "not answered" (asked again), not "refused"; RESOURCE_EXHAUSTED
+#: is a cloud whose disk is full: it takes the update once it can write it durably
+RETRIED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+           grpc.StatusCode.RESOURCE_EXHAUSTED)
 
 
 class EdgeRoleError(RuntimeError):
@@ -261,11 +263,12 @@ class EdgeServer:
         the late-answer bound, or is unknown) or training ended.
 
         A cloud that does not answer (UNAVAILABLE, DEADLINE_EXCEEDED: gone, restarting, or
-        behind a partition) is asked again every :data:`SUBMIT_RETRY_S` seconds for
-        ``reconnect_timeout_s`` counted from the first failure (a call that hangs until the
-        keepalive gives up does not use up the budget); the cloud answers a repeated Submit as
-        it answered the first, so the result is taken at most once. Past the budget the edge
-        gives up (:class:`EdgeRoleError`) instead of dropping the result and serving on."""
+        behind a partition; RESOURCE_EXHAUSTED: its disk is full) is asked again every
+        :data:`SUBMIT_RETRY_S` seconds for ``reconnect_timeout_s`` counted from the first
+        failure (a call that hangs until the keepalive gives up does not use up the budget);
+        the cloud answers a repeated Submit as it answered the first, so the result is taken at
+        most once. Past the budget the edge gives up (:class:`EdgeRoleError`) instead of
+        dropping the result and serving on."""
         s = self.settings
         wire = result_to_wire(result, edge_id=s.edge_id, latency_s=latency, token=s.token)
         failing_since: float | None = None

@@ -39,3 +39,18 @@ def require_netns() -> None:
     problem = kernel_problem()
     if problem:
         _missing(problem)
+
+
+def mount_tmpfs(path, size: str) -> None:
+    """Mount a tmpfs of ``size`` (as ``mount -o size=``, e.g. ``1m``) on ``path`` (root only;
+    the caller unmounts it)."""
+    import subprocess
+    from pathlib import Path
+
+    if os.geteuid() != 0:
+        _missing("needs root (mounts a small tmpfs to fill a disk)")
+    Path(path).mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        _missing(f"cannot mount a tmpfs: {done.stderr.strip() or done.returncode}")

@@ -5,12 +5,17 @@ from __future__ import annotations
 import json
 import re
 import socket
+import tempfile
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from cloud_server.checkpoint import CheckpointError, CheckpointStore, model_name, write_atomic
+from cloud_server.checkpoint import (
+    COPY, PREV, STATE, CheckpointError, CheckpointStore, model_name, write_atomic,
+)
 from fedcure_app.config import FedCureConfig, apply_flat
 from fedcure_app.core.aggregation import cloud_update
 from fedcure_app.protocol.codec import decode_arrays
@@ -35,23 +40,129 @@ def test_atomic_write_replaces_whole_files(tmp_path: Path):
     assert [p.name for p in tmp_path.iterdir()] == ["x.bin"]  # no temp file left
 
 
-def test_store_round_trip_prunes_and_detects_damage(tmp_path: Path):
+def test_store_round_trip_keeps_one_previous_generation_and_prunes_the_rest(tmp_path: Path):
     store = CheckpointStore(tmp_path / "ck")
     assert not store.exists()
     store.save({"a": 1}, {0: b"model zero", 1: b"model one"})
     store.save({"a": 2}, {1: b"model one", 2: b"model two"})
-    state, models = store.load()
-    assert state["a"] == 2 and models == {1: b"model one", 2: b"model two"}
-    assert not (tmp_path / "ck" / model_name(0)).exists()  # nobody needs version 0 any more
+    store.save({"a": 3}, {3: b"model three"})
+    state, models = CheckpointStore(tmp_path / "ck").load()
+    assert state["a"] == 3 and state["generation"] == 3 and models == {3: b"model three"}
+    names = sorted(p.name for p in (tmp_path / "ck").iterdir())
+    # generation 3 (two copies) and generation 2 (the previous one) with the models they name
+    assert names == sorted([STATE, COPY, PREV, model_name(1), model_name(1, copy=True),
+                            model_name(2), model_name(2, copy=True), model_name(3),
+                            model_name(3, copy=True)])
+    assert json.loads((tmp_path / "ck" / PREV).read_text())["a"] == 2
+
+
+def test_a_damaged_copy_is_passed_over_said_in_one_line_and_repaired(tmp_path: Path):
+    store = CheckpointStore(tmp_path / "ck")
+    store.save({"a": 1}, {1: b"model one"})
+    store.save({"a": 2}, {2: b"model two"})
     (tmp_path / "ck" / model_name(2)).write_bytes(b"model tw0")
-    with pytest.raises(CheckpointError, match="damaged"):
-        store.load()
-    (tmp_path / "ck" / model_name(2)).unlink()
-    with pytest.raises(CheckpointError, match="missing"):
-        store.load()
-    (tmp_path / "ck" / "state.json").write_text("{not json")
-    with pytest.raises(CheckpointError, match="cannot read"):
-        store.load()
+    (tmp_path / "ck" / STATE).write_bytes((tmp_path / "ck" / STATE).read_bytes()[:30])
+    again = CheckpointStore(tmp_path / "ck")
+    state, models = again.load()
+    assert state["a"] == 2 and models == {2: b"model two"}
+    line = again.recovered
+    assert line is not None and "\n" not in line
+    assert "state.json is torn" in line and f"{model_name(2)} was damaged" in line
+    assert "loaded generation 2 from state.copy.json" in line
+    assert (tmp_path / "ck" / model_name(2)).read_bytes() == b"model two"  # repaired
+    assert json.loads((tmp_path / "ck" / STATE).read_text())["a"] == 2
+    assert CheckpointStore(tmp_path / "ck").load()[0]["a"] == 2
+
+
+def test_a_generation_with_both_state_copies_damaged_falls_back_to_the_previous(tmp_path: Path):
+    store = CheckpointStore(tmp_path / "ck")
+    store.save({"a": 1}, {1: b"model one"})
+    store.save({"a": 2}, {2: b"model two"})
+    for name in (STATE, COPY):
+        raw = bytearray((tmp_path / "ck" / name).read_bytes())
+        raw[len(raw) // 2] ^= 0x01  # one flipped bit: still JSON, no longer its checksum
+        (tmp_path / "ck" / name).write_bytes(bytes(raw))
+    again = CheckpointStore(tmp_path / "ck")
+    state, models = again.load()
+    assert state["a"] == 1 and models == {1: b"model one"}
+    assert again.recovered is not None and "loaded generation 1 from state.prev.json" in (
+        again.recovered)
+    # the next save keeps the loaded generation as the previous one
+    again.save({"a": 3}, {3: b"model three"})
+    assert json.loads((tmp_path / "ck" / PREV).read_text())["a"] == 1
+    assert CheckpointStore(tmp_path / "ck").load()[0]["a"] == 3
+
+
+def test_no_whole_generation_is_an_error_naming_each_damaged_file(tmp_path: Path):
+    store = CheckpointStore(tmp_path / "ck")
+    store.save({"a": 1}, {1: b"model one"})
+    for name in (model_name(1), model_name(1, copy=True)):
+        (tmp_path / "ck" / name).write_bytes(b"garbage")
+    with pytest.raises(CheckpointError, match="damaged .SHA-256 mismatch. in both copies"):
+        CheckpointStore(tmp_path / "ck").load()
+    for name in (model_name(1), model_name(1, copy=True)):
+        (tmp_path / "ck" / name).unlink()
+    with pytest.raises(CheckpointError, match="is missing in both copies"):
+        CheckpointStore(tmp_path / "ck").load()
+    (tmp_path / "ck" / STATE).write_text("{not json")
+    (tmp_path / "ck" / COPY).unlink()
+    with pytest.raises(CheckpointError, match="state.json is torn"):
+        CheckpointStore(tmp_path / "ck").load()
+
+
+def test_a_fresh_run_removes_an_older_runs_generations(tmp_path: Path):
+    old = CheckpointStore(tmp_path / "ck")
+    old.save({"run": "old"}, {5: b"old five"})
+    old.save({"run": "old"}, {6: b"old six"})
+    fresh = CheckpointStore(tmp_path / "ck")  # not loaded: a fresh run over the folder
+    fresh.save({"run": "new"}, {0: b"new zero"})
+    names = {p.name for p in (tmp_path / "ck").iterdir()}
+    assert names == {STATE, COPY, model_name(0), model_name(0, copy=True)}
+    assert CheckpointStore(tmp_path / "ck").load()[0]["run"] == "new"
+
+
+def test_an_old_single_file_checkpoint_is_still_read(tmp_path: Path):
+    import hashlib
+
+    (tmp_path / "ck").mkdir()
+    (tmp_path / "ck" / model_name(4)).write_bytes(b"four")
+    (tmp_path / "ck" / STATE).write_text(json.dumps({
+        "format": "fedcure-cloud-checkpoint/1", "a": 1,
+        "models": {"4": hashlib.sha256(b"four").hexdigest()}}))
+    store = CheckpointStore(tmp_path / "ck")
+    state, models = store.load()
+    assert state["a"] == 1 and models == {4: b"four"}
+    store.save({"a": 2}, {5: b"five"})
+    assert CheckpointStore(tmp_path / "ck").load()[0]["a"] == 2
+
+
+def _damage(path: Path, kind: str, where: float) -> None:
+    raw = bytearray(path.read_bytes())
+    at = min(int(where * len(raw)), len(raw) - 1)
+    if kind == "truncate":
+        path.write_bytes(bytes(raw[:at]))
+    elif kind == "flip":
+        raw[at] ^= 0xFF
+        path.write_bytes(bytes(raw))
+    else:
+        path.unlink()
+
+
+@settings(max_examples=60, deadline=None)
+@given(saves=st.integers(1, 5), pick=st.integers(0, 100),
+       kind=st.sampled_from(["truncate", "flip", "delete"]), where=st.floats(0.0, 1.0))
+def test_any_one_damaged_file_loses_nothing_of_the_newest_generation(saves, pick, kind, where):
+    with tempfile.TemporaryDirectory() as tmp:
+        store = CheckpointStore(Path(tmp), sync=False)
+        for g in range(1, saves + 1):
+            # the base version of a task in flight stays named for a while, as in the cloud
+            store.save({"g": g, "xs": [g / 3, -g]},
+                       {v: f"model {v} ".encode() * (v + 1) for v in {max(g - 2, 0), g}})
+        files = sorted(p for p in Path(tmp).iterdir())
+        _damage(files[pick % len(files)], kind, where)
+        state, models = CheckpointStore(Path(tmp)).load()
+        assert state["g"] == saves and state["xs"] == [saves / 3, -saves]
+        assert models == {v: f"model {v} ".encode() * (v + 1) for v in {max(saves - 2, 0), saves}}
 
 
 # ------------------------------------------------------------------------------ in-process

@@ -79,6 +79,12 @@ def test_a_cloud_silent_for_longer_than_the_budget_ends_the_edge_naming_the_task
     assert 0.2 <= time.monotonic() - t0 < 5.0
 
 
+def test_a_cloud_with_a_full_disk_is_asked_again_until_it_takes_the_update(edge):
+    edge.link = _Link([grpc.StatusCode.RESOURCE_EXHAUSTED] * 3)
+    reply = edge._submit(_result(), 1.0)
+    assert reply is not None and reply.accepted and edge.link.calls == 4
+
+
 def test_a_refusal_is_final_and_not_asked_again(edge):
     edge.link = _Link([grpc.StatusCode.FAILED_PRECONDITION])
     assert edge._submit(_result(), 1.0) is None
