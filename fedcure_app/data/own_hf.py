@@ -5,8 +5,8 @@
 ``pip install datasets``. A ``Dataset`` folder (``dataset_info.json``/``state.json``) is the
 training part; a ``DatasetDict`` folder (``dataset_dict.json``) gives ``train`` and, when it
 has one, ``test`` (a single split of another name is the training part). The image column (a
-``datasets.Image`` feature, or one named ``image``/``img``) is decoded with Pillow; without
-one, the numeric scalar columns other than the label are the features. The label column holds
+``datasets.Image`` feature) is decoded with Pillow; without one, the numeric scalar columns
+other than the label are the features. The label column holds
 integers with ``ClassLabel`` names, strings, or integers taken as their text.
 """
 
@@ -57,14 +57,11 @@ def load_parts(path: Path) -> dict[str, Any]:
 
 
 def image_column(ds: Any) -> str | None:
-    """The column holding images: a ``datasets.Image`` feature, else ``image``/``img``."""
+    """The first column holding images (a ``datasets.Image`` feature), or None."""
     import datasets
 
     for name, feature in ds.features.items():
         if isinstance(feature, datasets.Image):
-            return name
-    for name in ("image", "img"):
-        if name in ds.features:
             return name
     return None
 

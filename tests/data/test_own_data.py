@@ -202,6 +202,18 @@ def test_datasets_dict_gives_train_and_test_and_tables_with_string_labels(tmp_pa
     assert tab.x_train.tolist() == [[1.0, 3.0], [2.0, 4.0]] and tab.y_train.tolist() == [1, 0]
 
 
+def test_infer_task_reads_datasets_folders_and_their_label_column(tmp_path):
+    ds, arr = _hf_images([0, 1, 1], ["zebra", "dog"], hw=(4, 3))
+    ds.save_to_disk(str(tmp_path / "clients" / "hf"))
+    write_classes(tmp_path / "clients" / "plain", {"cat": 2}, hw=(4, 3))
+    task, summary = infer_task(tmp_path / "clients")
+    assert task.classes == ["cat", "dog", "zebra"] and task.input_shape == [1, 4, 3]
+    assert summary["clients"][0]["format"] == "datasets"
+    assert summary["clients"][0]["classes"] == {"dog": 2, "zebra": 1}
+    refused("no label column 'kind'", read_client_data, tmp_path / "clients" / "hf", task,
+            label_column="kind")
+
+
 def test_datasets_folder_without_the_package_names_pip_install(tmp_path, monkeypatch):
     (tmp_path / "hf").mkdir()
     (tmp_path / "hf" / "dataset_info.json").write_text("{}")
