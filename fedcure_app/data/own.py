@@ -35,7 +35,6 @@ from fedcure_app.data.task import TaskConfig
 log = logging.getLogger(__name__)
 
 
-
 @dataclass(frozen=True, eq=False)
 class ClientData:
     """One client's data for a task. ``x``: uint8 (N, C, H, W) pixels 0..255 (image task) or
