@@ -82,6 +82,11 @@ class Chromium:
             raise RuntimeError(f"{expression}: {res['exceptionDetails']}")
         return res["result"].get("value")
 
+    def viewport(self, width: int, height: int) -> None:
+        """Lay the page out as in a ``width`` × ``height`` window (CSS pixels)."""
+        self.call("Emulation.setDeviceMetricsOverride", width=width, height=height,
+                  deviceScaleFactor=1, mobile=False)
+
     def screenshot(self, path: Path) -> Path:
         """A PNG of the whole page."""
         data = self.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)

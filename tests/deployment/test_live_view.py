@@ -324,3 +324,94 @@ def test_the_page_in_chromium_says_what_each_mark_is(running, tmp_path):
     assert "in flight" in shown["freqLegend"], shown["freqLegend"]
     assert "Monitor.Status" not in shown["footer"], shown["footer"]
     assert shown["mainBottom"] >= 0.75 * shown["height"], shown
+
+
+#: how the page fits a window, read from the DOM once it shows the clients' frequencies
+LAYOUT = """(() => {
+  const rows = [...document.querySelectorAll('#clients-table tbody tr')];
+  if (!rows.length || !document.getElementById('coalitions').tBodies[0].rows.length) return null;
+  const inner = (el) => { const r = el.getBoundingClientRect(), s = getComputedStyle(el);
+    return [r.left + parseFloat(s.paddingLeft), r.right - parseFloat(s.paddingRight)]; };
+  const card = inner(document.getElementById('clients-table').closest('section'));
+  return {
+    title: document.title,
+    heading: document.querySelector('h1').textContent,
+    overflowing: [...document.querySelectorAll('section')].filter(
+      (sec) => sec.scrollWidth > sec.clientWidth + 1).map((sec) => sec.querySelector('h2').textContent),
+    barCells: rows.map((tr) => { const r = tr.lastElementChild.getBoundingClientRect();
+      return [r.left, r.right]; }),
+    bars: rows.map((tr) => [...tr.querySelectorAll('.bar')].map((b) => b.getBoundingClientRect().width)),
+    devicesWrapped: rows.filter((tr) => tr.children[2].getClientRects().length > 1
+      || tr.children[2].getBoundingClientRect().height > 1.6 * parseFloat(getComputedStyle(tr.children[2]).lineHeight)).length,
+    card: card,
+    legend: document.getElementById('coalition-legend').textContent.replace(/\\s+/g, ' '),
+    versionNote: document.getElementById('version').parentElement.textContent.replace(/\\s+/g, ' '),
+    etas: [...document.querySelectorAll('#coalitions tbody tr')].map((tr) =>
+      [...tr.children].map((td) => td.textContent)),
+  };
+})()"""
+
+#: windows the page must fit (CSS pixels): the issue's tall 1400-pixel window first
+WINDOWS = [(1400, 2000), (1400, 1800), (1920, 1080), (2560, 1440), (1000, 900), (480, 900)]
+
+
+def test_the_page_fits_every_window_and_explains_its_figures(cleanup, tmp_path):
+    """Nine clients with the longest preset name (``jetson-orin-nano``) and a Pi 3, three
+    coalitions, a testbed's view: in every window of :data:`WINDOWS` no card's content is wider
+    than the card, every row of the frequency table keeps its bar column inside the card with
+    both bars drawn, the device names stay on one line; the title names the mode; a legend says
+    what T̂, ETA, δ, Λ and share are; the model version says how it relates to the global
+    round."""
+    import time
+
+    from tests.deployment.browser import Chromium
+    from tests.deployment.fakes import FakeEdge, make_cfg, register_request, start_cloud
+    from tests.deployment.test_cloud import one_hot, register_all
+
+    server = start_cloud(make_cfg(9, 3, **{"max-concurrent": 3, "global-rounds": 20}),
+                         expected=9)
+    cleanup.append(server)
+    fakes = [FakeEdge(server.address, m) for m in range(3)]
+    cleanup.extend(fakes)
+    mix = ["jetson-orin-nano"] * 5 + ["rpi3"]
+    register_all(server.address, [register_request(f"client-{i}", one_hot(i), home=i % 3,
+                                                   preset=mix[i % 6]) for i in range(9)])
+    tasks = [f.next_task(20) for f in fakes]
+    assert fakes[0].submit(tasks[0]).accepted  # an applied frequency for coalition 0's clients
+    live = start_dashboard(server.service.controller, "127.0.0.1", 0, interval_s=0.1,
+                           mode="testbed")
+    cleanup.append(live)
+    browser = Chromium(tmp_path / "profile", width=1400, height=2000)
+    seen = {}
+    try:
+        browser.open(live.url)
+        for w, h in WINDOWS:
+            browser.viewport(w, h)
+            shown, end = None, time.monotonic() + 60
+            while shown is None and time.monotonic() < end:
+                time.sleep(0.2)
+                shown = browser.evaluate(LAYOUT)
+            assert shown is not None, f"{w}x{h}: the page never showed the clients"
+            seen[(w, h)] = shown
+            if (w, h) == WINDOWS[0]:
+                browser.screenshot(tmp_path / "live-view-1400x2000.png")
+    finally:
+        browser.close()
+    for (w, h), shown in seen.items():
+        where = f"{w}x{h}: {shown}"
+        # the coalition table, 12 columns, may scroll in its card below 1000 pixels; no other
+        assert shown["overflowing"] == ([] if w >= 1000 else shown["overflowing"][:1]), where
+        assert shown["overflowing"] in ([], ["Coalitions"]), where
+        left, right = shown["card"]
+        assert all(left - 0.5 <= a and b <= right + 0.5 for a, b in shown["barCells"]), where
+        assert all(len(b) == 2 and b[0] > 0 for b in shown["bars"]), where
+        assert sum(1 for b in shown["bars"] if b[1] > 0) == 3, where  # coalition 0 answered
+        assert shown["devicesWrapped"] == 0, where
+    shown = seen[WINDOWS[0]]
+    assert shown["title"] == "FedCure live view: testbed", shown
+    assert "testbed" in shown["heading"] and "deployment" not in shown["heading"], shown
+    for word in ("T̂ estimated task latency", "ETA what is left of T̂", "δ target share",
+                 "Λ virtual queue: participation debt", "share of the rounds so far"):
+        assert word in shown["legend"], (word, shown["legend"])
+    assert "model version" in shown["versionNote"], shown["versionNote"]
+    assert "one per global round" in shown["versionNote"], shown["versionNote"]
