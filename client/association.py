@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from fedcure_app.errors import UsageError
+from fedcure_app.protocol.text import printable
 
 log = logging.getLogger("fedcure.client")
 
@@ -33,9 +34,10 @@ def _rpc_error(err: Any, address: str, what: str,
                                                      tls_ca=args.tls_ca)
         if why:
             return ChannelSecurityError(why)
-        return ClientError(f"cannot reach the cloud at {address} ({what}: {err.details()}); "
+        return ClientError(f"cannot reach the cloud at {address} ({what}: "
+                           f"{printable(err.details())}); "
                            "wrong address, or the cloud is not running")
-    return ClientError(f"the cloud refused {what} ({code.name}: {err.details()})")
+    return ClientError(f"the cloud refused {what} ({code.name}: {printable(err.details())})")
 
 
 def call(method: Any, request: Any, timeout_s: float, stop: threading.Event) -> Any:
@@ -166,7 +168,7 @@ def register(stub: Any, args: argparse.Namespace, name: str, data: Any, home: in
             return call(stub.Register, req, min(left, 120.0), stop)
         except grpc.RpcError as err:
             if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
-                log.info("still waiting for coalition formation: %s", err.details())
+                log.info("still waiting for coalition formation: %s", printable(err.details()))
                 continue
             raise _rpc_error(err, args.cloud, "Register", args) from None
     return None

@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from fedcure_app.errors import UsageError
+from fedcure_app.protocol.text import printable
 
 # the steps of a client, one module each; re-exported here (their old home)
 from client.association import (
@@ -299,7 +300,7 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
         if reg is None:
             return 0
         log.info("client %r is client %d of edge %d (edge address %s; %d clients, %d edges)",
-                 name, reg.client_id, reg.edge_id, reg.edge_address, reg.num_clients,
+                 name, reg.client_id, reg.edge_id, printable(reg.edge_address), reg.num_clients,
                  reg.num_edges)
         (work / "registration.json").write_text(json.dumps({
             "name": name, "partition_id": index, "client_id": reg.client_id,

@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from fedcure_app.flower.object_pulls import quick_pulls
+from fedcure_app.protocol.text import printable
 from fedcure_app.runtime.tracing import set_role, trace
 
 log = logging.getLogger("fedcure.client.executor")
@@ -293,7 +294,7 @@ def run_task(address: str, token: str, task_id: int, trainer: Trainer,
         trace("exe.input", mid)
         check_app(fab.content)
         log.info("task %d: %s message %s to the trainer", task_id,
-                 message.metadata.message_type, message.metadata.group_id)
+                 printable(message.metadata.message_type), printable(message.metadata.group_id))
         reply, context = trainer.train(message, context, task_id, started)
         sub_status, details = SubStatus.COMPLETED, ""
     except TrainerDied as err:
@@ -337,7 +338,7 @@ def run_task(address: str, token: str, task_id: int, trainer: Trainer,
             heartbeat.stop()
         client.close()
     log.info("task %d: %s in %.3f s (message %s)", task_id, sub_status, time.time() - started,
-             getattr(getattr(message, "metadata", None), "group_id", "?"))
+             printable(getattr(getattr(message, "metadata", None), "group_id", "?")))
     return sub_status
 
 

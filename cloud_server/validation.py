@@ -7,7 +7,8 @@ bounds describe real devices and real coalitions, with a wide margin:
 =========================  =======================  ==============================================
 field                      accepted                 why
 =========================  =======================  ==============================================
-client_name                1..128 characters        a host or device name
+client_name                1..128 characters, the   a host or device name (refused in one line
+                           name rule                naming the rule)
 label_counts               C entries in [0, 10⁹],   no client holds a billion samples of a class;
                            positive sum             the sum then fits int64 (no wrap-around)
 f_min_ghz, f_max_ghz       [0.01, 10] GHz           microcontrollers to desktop CPUs
@@ -15,7 +16,8 @@ cycles_per_sample          [1, 10¹²] cycles         10¹² = 1000 s per sample
 uplink/downlink_mbps       [10⁻³, 10⁶] Mbit/s       1 kbit/s to 1 Tbit/s
 kappa                      [10⁻³⁰, 10⁻³] J/(cycle·GHz²)  energy κ·c·f² stays finite for any
                                                     accepted c and f
-profile name               1..64 characters
+profile name               1..64 printable
+                           characters
 supernode_public_key       at most 4096 characters  an OpenSSH EC public key is ~200
 compute_device             "", "cpu" or "cuda"      where the client trains ("": cpu)
 samples_per_s              0 or [10⁻³, 10⁹]         0: not measured
@@ -28,8 +30,13 @@ stat.seconds               [0, 10⁷] s
 stat.f_applied_ghz         [0, 100] GHz
 stat.samples               [0, 10⁹]
 stat.loss                  finite
-edge address               1..256 characters, host:port
+edge address               1..256 printable         host:port
+                           characters
 =========================  =======================  ==============================================
+
+The name rule (:func:`fedcure_app.protocol.text.name_problem`): every character printable (no
+control, format or bidi character: no CR/LF, ESC, NUL, BEL, DEL or U+202E) and one path
+component (no '/' or backslash, not '.' or '..').
 
 Pure functions: the service calls them before touching any state.
 """
@@ -40,7 +47,8 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-ECHO = 40
+from fedcure_app.protocol.text import ECHO, clip, name_problem
+
 MAX_NAME = 128
 MAX_PROFILE_NAME = 64
 MAX_KEY_CHARS = 4096
@@ -61,18 +69,6 @@ class Refused(ValueError):
     """A request field outside its bounds (INVALID_ARGUMENT, one line naming the field)."""
 
 
-def clip(text: Any, limit: int = ECHO) -> str:
-    """``repr`` of what was sent, cut to ``limit`` characters (never echo a whole request)."""
-    if isinstance(text, str):
-        out = repr(text[: limit + 1])
-        return out if len(text) <= limit else out[:-1] + "…" + out[-1]
-    try:
-        out = repr(text)
-    except ValueError:  # an integer too long to print
-        out = "<unprintable>"
-    return out if len(out) <= limit else out[:limit] + "…"
-
-
 def _in(field: str, value: float, low: float, high: float, unit: str = "") -> None:
     if not (isinstance(value, (int, float)) and math.isfinite(value) and low <= value <= high):
         raise Refused(f"{field} must be finite and in [{low:g}, {high:g}]{unit}, got "
@@ -80,9 +76,13 @@ def _in(field: str, value: float, low: float, high: float, unit: str = "") -> No
 
 
 def check_name(name: str, field: str = "client_name") -> str:
-    """A stripped, non-empty name of at most :data:`MAX_NAME` characters."""
+    """A stripped, non-empty name of at most :data:`MAX_NAME` characters that passes the name
+    rule (:func:`~fedcure_app.protocol.text.name_problem`)."""
     if len(name) > MAX_NAME:
         raise Refused(f"{field} has {len(name)} characters, at most {MAX_NAME}: {clip(name)}")
+    why = name_problem(name)
+    if why is not None:
+        raise Refused(f"{field} {why}: {clip(name)}")
     name = name.strip()
     if not name:
         raise Refused(f"{field} is empty")
@@ -120,6 +120,8 @@ def check_profile(profile: Any, model: str) -> None:
     if len(profile.name) > MAX_PROFILE_NAME:
         raise Refused(f"device.name has {len(profile.name)} characters, at most "
                       f"{MAX_PROFILE_NAME}")
+    if not profile.name.isprintable():
+        raise Refused(f"device.name has a non-printable character: {clip(profile.name)}")
     _in("device.f_min_ghz", profile.f_min_ghz, *GHZ_RANGE, " GHz")
     _in("device.f_max_ghz", profile.f_max_ghz, *GHZ_RANGE, " GHz")
     if len(profile.cycles_per_sample) > 64:
@@ -128,6 +130,9 @@ def check_profile(profile: Any, model: str) -> None:
     for key, cps in profile.cycles_per_sample.items():
         if len(key) > MAX_PROFILE_NAME:
             raise Refused(f"device.cycles_per_sample key {clip(key)} is too long")
+        if not key.isprintable():
+            raise Refused(f"device.cycles_per_sample key {clip(key)} has a non-printable "
+                          "character")
         _in(f"device.cycles_per_sample[{clip(key, 20)}]", cps, *CYCLES_RANGE, " cycles")
     _in("device.uplink_mbps", profile.uplink_mbps, *MBPS_RANGE, " Mbit/s")
     _in("device.downlink_mbps", profile.downlink_mbps, *MBPS_RANGE, " Mbit/s")
@@ -179,6 +184,9 @@ def check_address(address: str) -> str:
     """An edge's SuperLink fleet address: ``host:port``, at most 256 characters."""
     if len(address) > MAX_ADDRESS:
         raise Refused(f"address has {len(address)} characters, at most {MAX_ADDRESS}")
+    if not address.isprintable():
+        raise Refused(f"address has a non-printable character (addresses are printable "
+                      f"text): {clip(address)}")
     address = address.strip()
     host, sep, port = address.rpartition(":")
     if not address:

@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterable
 from flwr.app import Message, MessageType, RecordDict
 from flwr.serverapp import Grid
 
+from fedcure_app.protocol.text import printable
+
 log = logging.getLogger(__name__)
 
 
@@ -78,7 +80,7 @@ class NodeDirectory:
     def _learn(self, node: int, reply: Message) -> None:
         if reply.has_error():
             log.warning("node %d failed the identity query (asking again in %.0f s): %s", node,
-                        self.retry_s, reply.error.reason)
+                        self.retry_s, printable(reply.error.reason))
             self._retry_at[node] = self._clock() + self.retry_s
             return
         rec = reply.content.config_records.get("identity")

@@ -26,6 +26,7 @@ from fedcure_app.flower.edge import CoalitionGrid
 from fedcure_app.flower.edge_eval import EdgeEvaluation, run_edge_evaluation
 from fedcure_app.protocol import cloud_pb2 as pb
 from fedcure_app.protocol.codec import evaluation_to_proto
+from fedcure_app.protocol.text import printable
 from fedcure_app.tasks import EdgeTask
 
 log = logging.getLogger("fedcure.edge")
@@ -68,8 +69,8 @@ def send_evaluated(send: Callable[..., Any], request: pb.EvaluatedRequest, *,
             first = now if first is None else first
             if code not in RETRIED or stop() or now - first > budget_s:
                 log.warning("edge %d: the evaluation %s was not taken (%s: %s)",
-                            request.edge_id, request.task_id,
-                            code.name if code is not None else "ERROR", detail)
+                            request.edge_id, printable(request.task_id),
+                            code.name if code is not None else "ERROR", printable(detail))
                 return None
             sleep(retry_s)
 

@@ -13,6 +13,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from fedcure_app.protocol.text import printable
+
 log = logging.getLogger("fedcure.edge")
 
 
@@ -52,7 +54,7 @@ class KeyRegistrar:
                 self._warned.add(code)
                 log.warning("edge %d: cannot fetch its members' SuperNode keys (%s: %s)",
                             self.edge_id, getattr(code, "name", code),
-                            err.details() if hasattr(err, "details") else err)
+                            printable(err.details() if hasattr(err, "details") else err))
             return 0
         added = 0
         for member in reply.members:
@@ -67,14 +69,14 @@ class KeyRegistrar:
             except (RegistrationError, ValueError) as err:
                 self.errors += 1
                 log.warning("edge %d: client %d's SuperNode key not registered: %s",
-                            self.edge_id, cid, err)
+                            self.edge_id, cid, printable(err))
                 continue
             self.registered[cid] = key
             if node is not None:
                 self.node_ids[cid] = node
             added += 1
             log.info("edge %d: registered client %d's (%s) SuperNode key%s", self.edge_id, cid,
-                     member.client_name, f" (node {node})" if node is not None else "")
+                     printable(member.client_name), f" (node {node})" if node is not None else "")
         return added
 
     def run(self, stop: threading.Event) -> None:

@@ -44,6 +44,7 @@ from fedcure_app.flower.edge import CoalitionGrid, EdgeTaskError, run_edge_task
 from fedcure_app.protocol import cloud_pb2 as pb
 from fedcure_app.protocol import cloud_pb2_grpc as pb_grpc
 from fedcure_app.protocol.codec import EdgeLinkClient, result_to_wire, task_from_proto
+from fedcure_app.protocol.text import printable
 
 log = logging.getLogger("fedcure.edge")
 
@@ -183,12 +184,12 @@ class EdgeServer:
                             f"{s.reconnect_timeout_s:.0f} s ({detail})") from None
                     self.stats.reconnects += 1
                     log.warning("edge %d: cloud unavailable (%s); reconnecting", s.edge_id,
-                                detail)
+                                printable(detail))
                     time.sleep(1.0)
                     continue
                 name = code.name if code is not None else "ERROR"
                 raise EdgeRoleError(f"edge {s.edge_id}: the cloud refused the link "
-                                    f"({name}: {detail})") from None
+                                    f"({name}: {printable(detail)})") from None
         return self.stats
 
     def _serve_task(self, wire: Any, received_at: float | None = None) -> None:
@@ -202,8 +203,9 @@ class EdgeServer:
         # waited in the inbox behind an earlier task (an evaluation): start-up, not training
         queued = 0.0 if received_at is None else max(0.0, t0 - received_at)
         t0 -= queued
+        tid = printable(task.task_id)  # the cloud's text: escaped wherever it is logged
         log.info("edge %d: task %s (version %d, clients %s, tau_e %d, tau_c %d, directives %s)",
-                 s.edge_id, task.task_id, task.version, list(task.clients), task.tau_e,
+                 s.edge_id, tid, task.version, list(task.clients), task.tau_e,
                  task.tau_c, {c: round(f, 3) for c, f in task.frequencies_ghz.items()})
         result = None
         self.progress.start_task(task.task_id, task.tau_e)
@@ -232,19 +234,20 @@ class EdgeServer:
                     timeout_s=s.edge_timeout_s, on_progress=self.progress.update,
                     on_round=lambda r, wall, done, t=task: log.info(
                         "edge %d: task %s edge round %d/%d: %.3f s wall, clients %s",
-                        s.edge_id, t.task_id, r, t.tau_e, wall, done))
+                        s.edge_id, tid, r, t.tau_e, wall, done))
                 break
             except EdgeTaskError as err:
                 if attempt:
                     raise EdgeRoleError(f"edge {s.edge_id}: {err}") from None
-                log.warning("edge %d: %s; looking for its clients again", s.edge_id, err)
+                log.warning("edge %d: %s; looking for its clients again", s.edge_id,
+                            printable(err))
                 self.directory.refresh()
         assert result is not None
         latency = time.monotonic() - t0
         result = replace(result, startup_s=min(latency, result.startup_s + waited))
         if result.startup_s > 0.05:
             log.info("edge %d: task %s: %.2f s of its %.2f s were start-up (clients coming "
-                     "online or loading), reported apart", s.edge_id, task.task_id,
+                     "online or loading), reported apart", s.edge_id, tid,
                      result.startup_s, latency)
         reply = self._submit(result, latency)
         self.progress.end_task()
@@ -254,9 +257,10 @@ class EdgeServer:
         self.stats.dropped.extend(result.dropped)
         if reply is not None:
             log.info("edge %d: task %s done in %.2f s (%d samples%s) -> %s", s.edge_id,
-                     task.task_id, latency, result.num_samples,
+                     tid, latency, result.num_samples,
                      f", dropped {result.dropped}" if result.dropped else "",
-                     reply.detail or ("accepted" if reply.accepted else "not accepted"))
+                     printable(reply.detail) or ("accepted" if reply.accepted
+                                                 else "not accepted"))
 
     def _submit(self, result: Any, latency: float) -> pb.SubmitReply | None:
         """Submit an edge model; None when the cloud no longer wants it (the task expired past
@@ -279,11 +283,11 @@ class EdgeServer:
                 code = err.code()
                 if code in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND):
                     log.warning("edge %d: the cloud did not take task %s (%s: %s)", s.edge_id,
-                                result.task_id, code.name, err.details())
+                                printable(result.task_id), code.name, printable(err.details()))
                     return None
                 if self.over:
                     log.info("edge %d: training ended before task %s was submitted", s.edge_id,
-                             result.task_id)
+                             printable(result.task_id))
                     return None
                 if code not in RETRIED or self._stop.is_set():
                     raise
@@ -291,13 +295,13 @@ class EdgeServer:
                 if failing_since is None:
                     failing_since = now
                     log.warning("edge %d: cannot submit task %s (%s: %s); asking again for up "
-                                "to %.0f s", s.edge_id, result.task_id, code.name,
-                                err.details(), s.reconnect_timeout_s)
+                                "to %.0f s", s.edge_id, printable(result.task_id), code.name,
+                                printable(err.details()), s.reconnect_timeout_s)
                 elif now - failing_since > s.reconnect_timeout_s:
                     raise EdgeRoleError(
                         f"edge {s.edge_id}: the cloud at {s.cloud} did not take task "
-                        f"{result.task_id} for {s.reconnect_timeout_s:.0f} s ({code.name}: "
-                        f"{err.details()})") from None
+                        f"{printable(result.task_id)} for {s.reconnect_timeout_s:.0f} s "
+                        f"({code.name}: {printable(err.details())})") from None
                 time.sleep(SUBMIT_RETRY_S)
 
 
@@ -333,7 +337,7 @@ def serve_edge(grid: Grid, settings: EdgeSettings) -> EdgeStats:
                      edge_rounds=stats.edge_rounds, dropped=stats.dropped)
         return stats
     except Exception as err:
-        log.error("%s", err)
+        log.error("%s", printable(err, 2000))
         write_status(settings.status_file, "failed", str(err))
         raise
     finally:

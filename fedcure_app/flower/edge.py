@@ -48,6 +48,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg
 
 from fedcure_app.flower.packing import pack, unpack
+from fedcure_app.protocol.text import printable
 from fedcure_app.tasks import ClientReport, EdgeResult, EdgeTask, client_train_seed
 from fedcure_app.runtime.tracing import trace
 
@@ -354,7 +355,7 @@ def run_edge_task(
         if problems:
             for c, why in problems.items():
                 log.warning("task %s edge round %d: client %d dropped: %s",
-                            task.task_id, r, c, why)
+                            printable(task.task_id), r, c, printable(why))
         if not ok:
             detail = "; ".join(f"client {c}: {w}" for c, w in sorted(problems.items()))
             raise EdgeTaskError(

@@ -23,6 +23,7 @@ from flwr.serverapp import Grid
 from fedcure_app.flower.edge import pull_replies
 from fedcure_app.flower.eval_metrics import sums_from_metrics
 from fedcure_app.flower.packing import pack
+from fedcure_app.protocol.text import printable
 from fedcure_app.tasks import EdgeTask, EvalSums
 
 log = logging.getLogger(__name__)
@@ -109,7 +110,8 @@ def run_edge_evaluation(grid: Grid, task: EdgeTask, node_of_client: Mapping[int,
             out.clients[c] = sums
     out.missing = [int(c) for c in task.clients if c not in out.clients]
     for c, why in sorted(out.problems.items()):
-        log.warning("evaluation %s: client %d not evaluated: %s", task.task_id, c, why)
+        log.warning("evaluation %s: client %d not evaluated: %s", printable(task.task_id), c,
+                    printable(why))
     return out
 
 
