@@ -4,7 +4,8 @@ Under ``flwr run`` both the ServerApp and every ClientApp see ``context.run_conf
 ``[tool.flwr.app.config]`` table of ``pyproject.toml`` with the ``--run-config`` overrides fused
 in. Its keys are the flat configuration keys of :func:`fedcure_app.config.apply_flat`
 (``num-clients``, ``tau-e``, ``method``…) plus a few *app options* that are not method knobs
-(:data:`APP_OPTION_DEFAULTS`: ``out-dir``, ``role``, ``cpufreq``, timeouts).
+(:data:`APP_OPTION_DEFAULTS`: ``out-dir``, ``run-folders``, ``debug``, ``role``, ``cpufreq``,
+timeouts).
 
 Flower's run config holds only bool/int/float/str, so "unset" is spelled in-band:
 
@@ -37,6 +38,11 @@ from fedcure_app.config import ConfigError, FedCureConfig, apply_flat
 APP_OPTION_DEFAULTS: dict[str, Any] = {
     # where the ServerApp writes result.json and the plots (relative: to its working directory)
     "out-dir": "results/flwr",
+    # each run writes to out-dir/<run id>/ and a finished one updates out-dir/latest
+    # (fedcure_app.flower.run_folders); false: straight into out-dir
+    "run-folders": True,
+    # a failed run: FedCure's one line only (false), or also Flower's traceback (true)
+    "debug": False,
     # what the ServerApp runs: "simulation" (the whole hierarchy on a simulated clock);
     # "edge" (deployment: one ES serving its coalition for the cloud, started by fedcure-edge)
     "role": "simulation",
@@ -65,6 +71,8 @@ class AppOptions:
     """The non-configuration run-config keys, typed (see :data:`APP_OPTION_DEFAULTS`)."""
 
     out_dir: str = APP_OPTION_DEFAULTS["out-dir"]
+    run_folders: bool = True
+    debug: bool = False
     role: str = APP_OPTION_DEFAULTS["role"]
     cpufreq: str = APP_OPTION_DEFAULTS["cpufreq"]
     edge_timeout_s: float | None = None
@@ -75,6 +83,18 @@ class AppOptions:
 
 def _norm(key: str) -> str:
     return key.replace("_", "-")
+
+
+def flag(value: Any, key: str) -> bool:
+    """A run-config boolean: ``true``/``false`` (TOML), also ``1``/``0`` and their strings."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off", ""):
+        return False
+    raise ConfigError(f"{key} must be true or false, got {value!r}")
 
 
 def app_options(run_config: Mapping[str, Any]) -> AppOptions:
@@ -99,7 +119,8 @@ def app_options(run_config: Mapping[str, Any]) -> AppOptions:
         )
     out_dir = str(get("out-dir")) or APP_OPTION_DEFAULTS["out-dir"]
     return AppOptions(
-        out_dir=out_dir, role=role, cpufreq=cpufreq,
+        out_dir=out_dir, run_folders=flag(get("run-folders"), "run-folders"),
+        debug=flag(get("debug"), "debug"), role=role, cpufreq=cpufreq,
         edge_timeout_s=timeout if timeout > 0 else None,
         poll_interval_s=poll, discovery_timeout_s=discovery,
         edge_file=str(get("edge-file") or ""),
@@ -191,7 +212,7 @@ def run_config_from_config(cfg: FedCureConfig) -> dict[str, Any]:
 
 
 __all__ = [
-    "APP_OPTION_DEFAULTS", "AppOptions", "app_options", "client_fingerprint", "client_key",
+    "APP_OPTION_DEFAULTS", "AppOptions", "app_options", "client_fingerprint", "client_key", "flag",
     "run_config_from_config",
     "config_from_run_config", "data_key",
     "default_run_config",

@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from fedcure_app.flower.app_config import default_run_config
+from fedcure_app.flower.app_config import default_run_config, flag
 from fedcure_app.flower.tools import write_app_dir
 from fedcure_app.flower.tools import write_app_dir
 
@@ -82,7 +82,8 @@ def run_flower_simulation(
 ) -> dict[str, Any]:
     """Run the Flower App on virtual SuperNodes; return the ServerApp's ``result.json`` dict.
 
-    ``overrides``: run-config keys (``{"num-clients": 6, "out-dir": "/tmp/x"}``);
+    ``overrides``: run-config keys (``{"num-clients": 6, "out-dir": "/tmp/x"}``; results go
+    straight into ``out-dir`` unless ``"run-folders": True``, then into ``out-dir/0/``);
     ``num_supernodes`` defaults to ``num-clients``; ``client_num_cpus``: CPUs Ray reserves per
     ClientApp actor (actors = Ray CPUs / this); ``ray_num_cpus``: CPUs Ray may use (default:
     all). Telemetry, update checks and Ray usage stats are off unless the environment says
@@ -100,6 +101,8 @@ def run_flower_simulation(
     rc = full_run_config(overrides)
     out = resolve_out_dir(rc["out-dir"])
     rc["out-dir"] = str(out)
+    if "run-folders" not in (overrides or {}):
+        rc["run-folders"] = False  # the caller's out-dir is the run's (fedcure simulate --out)
     n = int(num_supernodes or rc["num-clients"])
     init_args: dict[str, Any] = {"logging_level": "ERROR", "log_to_driver": verbose}
     if ray_num_cpus is not None:
@@ -108,9 +111,8 @@ def run_flower_simulation(
         "client_resources": {"num_cpus": client_num_cpus, "num_gpus": 0.0},
         "init_args": init_args,
     }
-    result_path = out / "result.json"
-    if result_path.exists():
-        result_path.unlink()
+    result_path = (out / "0" if flag(rc["run-folders"], "run-folders") else out) / "result.json"
+    before = result_path.stat().st_mtime_ns if result_path.is_file() else None
     for attempt in (1, 2):
         try:
             with tempfile.TemporaryDirectory(prefix="fedcure-app-") as app_dir:
@@ -136,7 +138,7 @@ def run_flower_simulation(
             # Ray gives its raylet a fixed 30 s to register; a loaded host can miss that
             log.warning("Ray did not start (%s); starting the simulation once more",
                         _root_cause(err))
-    if not result_path.is_file():
+    if not result_path.is_file() or result_path.stat().st_mtime_ns == before:
         raise RuntimeError(f"the ServerApp wrote no {result_path}; see the log above")
     return json.loads(result_path.read_text())
 

@@ -7,9 +7,13 @@ SuperNode, reached through :class:`~fedcure_app.simulation.flower_executor.Flowe
 (``[tool.flwr.app.config]`` plus ``--run-config`` overrides) is turned into the one
 :class:`~fedcure_app.config.FedCureConfig` by :func:`fedcure_app.flower.app_config.
 config_from_run_config`; the executor is forced to ``flower``. Results: ``result.json`` and the
-standard plots in ``out-dir`` (relative paths resolve against the ServerApp's working
+standard plots in ``out-dir/<run id>/`` (relative paths resolve against the ServerApp's working
 directory, which under ``flwr run`` is the directory the local SuperLink was started from; the
-absolute path is logged).
+absolute path is logged); a finished run then points ``out-dir/latest`` at its folder, a failed
+one leaves ``failed.txt`` there and touches nothing else
+(:mod:`fedcure_app.flower.run_folders`). A failed run's last log line is FedCure's
+``[fedcure] run failed: <why>``: Flower's traceback and exit note follow only with
+``debug=true`` in the run config.
 
 The deployed edge server has its own ServerApp in its role package (``edge_server.app:app``,
 which ``fedcure-edge`` submits to its SuperLink with ``role = "edge"``): the library imports no
@@ -19,6 +23,7 @@ role (docs/DESIGN.md).
 from __future__ import annotations
 
 import json
+import logging
 import time
 import warnings
 from logging import ERROR, INFO, WARNING
@@ -64,18 +69,38 @@ class RunFailed(RuntimeError):
     ServerApp has logged why in one line; raised without the traceback chain."""
 
 
-def clear_outputs(out: Path) -> list[str]:
-    """Remove the files an earlier run wrote to ``out`` (``result.json`` and the plots), so
-    that a run that fails leaves none to be taken for its own; returns the names removed."""
-    from fedcure_app.run_plots import RUN_PLOTS
+class QuietFailure(logging.Filter):
+    """On Flower's logger: drop its report of a failure FedCure has already said in one line
+    (the record that carries the traceback of ``err``, and the exit note after it), so that
+    line is the last the run prints."""
 
-    removed = []
-    for name in ("result.json", *RUN_PLOTS):
-        path = out / name
-        if path.is_file():
-            path.unlink()
-            removed.append(name)
-    return removed
+    def __init__(self, err: BaseException) -> None:
+        super().__init__()
+        self.err = err
+        self.dropped = False
+
+    def _is_ours(self, exc: BaseException | None) -> bool:
+        seen = 0
+        while exc is not None and seen < 10:  # Flower may wrap it
+            if exc is self.err:
+                return True
+            exc, seen = exc.__cause__ or exc.__context__, seen + 1
+        return False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and self._is_ours(record.exc_info[1]):
+            self.dropped = True
+            return False
+        return not (self.dropped and str(record.msg).startswith("Exit Code:"))
+
+
+def quiet_flower_failure(err: BaseException) -> QuietFailure:
+    """Install :class:`QuietFailure` for ``err`` on Flower's logger; returns it."""
+    from flwr.common.logger import FLOWER_LOGGER
+
+    quiet = QuietFailure(err)
+    FLOWER_LOGGER.addFilter(quiet)
+    return quiet
 
 
 def _progress_line(row: dict[str, Any], total: int, t0: float) -> str:
@@ -85,25 +110,35 @@ def _progress_line(row: dict[str, Any], total: int, t0: float) -> str:
             f"{acc} (wall {time.perf_counter() - t0:.1f}s)")
 
 
+def results_dir(opts: AppOptions, run_id: int | str | None) -> Path:
+    """Where run ``run_id`` writes: ``out-dir/<run id>/`` (``out-dir`` itself without
+    run folders or a run id)."""
+    from fedcure_app.flower.run_folders import run_dir
+
+    base = resolve_out_dir(opts.out_dir)
+    return run_dir(base, run_id) if opts.run_folders and run_id is not None else base
+
+
 def run_simulation_role(
-    grid: Grid, run_config: dict[str, Any], opts: AppOptions | None = None
+    grid: Grid, run_config: dict[str, Any], opts: AppOptions | None = None,
+    run_id: int | str | None = None,
 ) -> dict[str, Any]:
-    """Run the engine with the Flower executor on ``grid``; write and return the result dict."""
+    """Run the engine with the Flower executor on ``grid``; write and return the result dict
+    (in ``out-dir/<run_id>/``, then ``out-dir/latest`` names it; see :func:`results_dir`)."""
+    from fedcure_app.flower.run_folders import mark_latest
+
     from fedcure_app.simulation.engine import SimulationEngine, build_federation
     from fedcure_app.simulation.flower_executor import FlowerExecutor
     from fedcure_app.run_plots import write_run_plots
 
     opts = opts or app_options(run_config)
     cfg = simulation_config(run_config)
-    out = resolve_out_dir(opts.out_dir)
+    out = results_dir(opts, run_id)
     fed = cfg.federation
     log(INFO, "[fedcure] %s on %s: %d clients, %d edges, %d global rounds, tau_e=%d, "
         "tau_c=%d, formation=%s, scheduler=%s; results -> %s",
         "simulation", cfg.data.dataset, fed.num_clients, fed.num_edges, cfg.run.global_rounds,
         cfg.method.tau_e, cfg.method.tau_c, cfg.method.formation, cfg.method.scheduler, out)
-    removed = clear_outputs(out)
-    if removed:
-        log(INFO, "[fedcure] removed the previous run's %s from %s", ", ".join(removed), out)
     federation = build_federation(cfg)
     executor = FlowerExecutor(
         grid, fed.num_clients,
@@ -142,6 +177,8 @@ def run_simulation_role(
     (out / "result.json").write_text(json.dumps(result, indent=1))
     write_run_plots(result, out, title=f"{result['dataset']} · {cfg.method.formation}/"
                     f"{cfg.method.scheduler} · flower")
+    if out != resolve_out_dir(opts.out_dir):
+        mark_latest(out.parent, out.name)
     acc = result["final_accuracy"]
     log(INFO, "[fedcure] done: final accuracy %s, %.1f simulated s, %.3f s per edge round "
         "(Flower path); wrote %s", "-" if acc is None else f"{100 * acc:.2f}%",
@@ -160,24 +197,44 @@ def main(grid: Grid, context: Context) -> None:
     from fedcure_app.simulation.flower_executor import DiscoveryError
 
     run_config = dict(context.run_config)
+    opts: AppOptions | None = None
     try:
         opts = app_options(run_config)
         if opts.role != "simulation":
             raise ConfigError(f"role {opts.role!r} runs edge_server.app:app, the ServerApp "
                               "that fedcure-edge submits; this ServerApp runs the simulation "
                               "only")
-        run_simulation_role(grid, run_config, opts)
+        run_simulation_role(grid, run_config, opts, run_id=context.run_id)
     except (ConfigError, DatasetError, DiscoveryError) as err:
-        # a mistake in the set-up: one line, and the run ends as failed without a traceback
-        # of FedCure's internals (Flower still adds its own exit note)
-        reason = " ".join(str(err).split())
-        log(ERROR, "[fedcure] run failed: %s", reason)
-        raise RunFailed(reason) from None
+        # a mistake in the set-up: one line, and the run ends as failed
+        failed = RunFailed(" ".join(str(err).split()))
+        _report_failure(failed, str(failed), opts, context.run_id)
+        raise failed from None
     except Exception as err:
-        log(ERROR, "[fedcure] run failed: %s: %s", type(err).__name__,
-            " ".join(str(err).split()))
+        reason = f"{type(err).__name__}: {' '.join(str(err).split())}"
+        _report_failure(err, reason + ("" if opts is not None and opts.debug else
+                                       " (debug=true in the run config shows the traceback)"),
+                        opts, context.run_id)
         raise
 
 
-__all__ = ["RunFailed", "app", "clear_outputs", "resolve_out_dir", "run_simulation_role",
-           "simulation_config"]
+def _report_failure(err: BaseException, reason: str, opts: AppOptions | None,
+                    run_id: int | str | None) -> None:
+    """``failed.txt`` in the run's folder, Flower's own report of ``err`` silenced (unless
+    ``debug``), then the one line that ends the run's log."""
+    from fedcure_app.flower.run_folders import note_failure
+
+    if opts is not None:
+        try:
+            folder = results_dir(opts, run_id)
+        except ValueError:
+            folder = None
+        if folder is not None and folder != resolve_out_dir(opts.out_dir):
+            note_failure(folder, reason)
+    if opts is None or not opts.debug:
+        quiet_flower_failure(err)
+    log(ERROR, "[fedcure] run failed: %s", reason)
+
+
+__all__ = ["QuietFailure", "RunFailed", "app", "quiet_flower_failure", "resolve_out_dir",
+           "results_dir", "run_simulation_role", "simulation_config"]

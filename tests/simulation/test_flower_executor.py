@@ -171,7 +171,8 @@ def flower_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("flwr")
     with pytest.MonkeyPatch.context() as mp:  # Flower writes its "source" id to $FLWR_HOME
         mp.setenv("FLWR_HOME", str(tmp_path_factory.mktemp("flwr-home")))
-        res = run_flower_simulation({**TINY, "out-dir": str(out)}, client_num_cpus=1.0)
+        res = run_flower_simulation({**TINY, "out-dir": str(out), "run-folders": True},
+                                    client_num_cpus=1.0)
     return out, res
 
 
@@ -184,8 +185,9 @@ def test_end_to_end_on_the_simulation_runtime_matches_the_inprocess_run(flower_r
         assert key in res, key
     assert res["config"]["run"]["executor"] == "flower"
     assert res["rounds"] == 4
-    assert (out / "result.json").is_file()
-    assert sorted(p.name for p in out.glob("*.png")) == [
+    assert (out / "latest").read_text() == "0\n"  # the in-process API's run id is 0
+    assert (out / "0" / "result.json").is_file()
+    assert sorted(p.name for p in (out / "0").glob("*.png")) == [
         "accuracy.png", "participation.png", "queues.png"]
     fl = res["flower"]
     assert fl["dropped"] == [] and fl["edge_rounds"] == 2 * fl["tasks"] and fl["tasks"] >= 4
