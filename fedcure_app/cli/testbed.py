@@ -438,8 +438,8 @@ def set_by_config(args: argparse.Namespace) -> dict[str, set[str]]:
     if not args.config:
         return {}
     given = load_file(args.config)
-    return {name: set(getattr(given, name).model_fields_set)
-            for name in type(given).model_fields}
+    return {name: set(section.model_fields_set) for name in type(given).model_fields
+            if (section := getattr(given, name)) is not None}  # an optional section (task)
 
 
 def apply_testbed_defaults(args: argparse.Namespace) -> None:
