@@ -269,11 +269,7 @@ def run_task(address: str, token: str, task_id: int, trainer: Trainer,
         RuntimeTokenHttpInterceptor,
         RuntimeVersionHttpInterceptor,
     )
-    from flwr.supernode.runtime.run_clientapp import (
-        pull_task_input,
-        push_message,
-        push_task_output,
-    )
+    from flwr.supernode.runtime.run_clientapp import pull_task_input, push_message, push_task_output
 
     started = time.time()
     client = _runtime_client(address, [
