@@ -37,6 +37,7 @@ from fedcure_app.strategy import FedCureStrategy
 from cloud_server import validation as door
 from cloud_server.checkpoint import CheckpointStore
 from cloud_server.durable import Durability
+from cloud_server.fedeval import federated_mode
 from cloud_server.formation import build_federation, partition
 from cloud_server.formed import Evaluator, FormedRun
 from cloud_server.progress import ProgressBoard, Report, current_estimate
@@ -85,13 +86,16 @@ class CloudController:
         Write the PNG plots with the results.
     checkpoint_dir:
         Where the durable state goes (None: no checkpoints).
+    federated_evaluation:
+        Evaluate on the clients' held-out parts (the run loop does; ``federated_mode``).
     """
 
     def __init__(self, cfg: FedCureConfig, *, expected_clients: int,
                  out_dir: str | Path | None = None,
                  initial_arrays: list[np.ndarray] | None = None,
                  evaluator: Evaluator | None = None, write_plots: bool = True,
-                 checkpoint_dir: str | Path | None = None) -> None:
+                 checkpoint_dir: str | Path | None = None,
+                 federated_evaluation: bool | None = None) -> None:
         if expected_clients < cfg.federation.num_edges:
             raise ValueError(
                 f"expected_clients ({expected_clients}) < edges ({cfg.federation.num_edges}): "
@@ -100,6 +104,7 @@ class CloudController:
         self.cfg = cfg
         self.num_edges = cfg.federation.num_edges
         self.evaluator = evaluator
+        self.federated_evaluation = federated_mode(cfg, evaluator, federated_evaluation)
         self.initial_arrays = initial_arrays
         #: guards every strategy transition (worker threads and readers)
         self.lock = threading.Lock()
@@ -121,7 +126,8 @@ class CloudController:
         self.checkpoints = CheckpointStore(checkpoint_dir) if checkpoint_dir is not None else None
         self.durability = Durability(cfg, self.checkpoints, self.roster, self.log, self.tasks,
                                      self.screen)
-        self.results = ResultsWriter(cfg, out_dir, write_plots)
+        self.results = ResultsWriter(cfg, out_dir, write_plots, evaluation="federated"
+                                     if self.federated_evaluation else "central")
         #: the ESs' live reports inside a task (EdgeLink.Progress): logged, shown in Status
         self.progress = ProgressBoard()
         #: late, expired and refused answers (the live view, /metrics)

@@ -127,6 +127,7 @@ class Durability:
             "formation": dict(fed.formation),
             "jsd": list(fed.jsd) if fed.jsd else None,
             "initial_accuracy": run.initial_accuracy,
+            "initial_evaluation": run.initial_evaluation,
             "records": run.records,
             "faults": run.faults,
             "tasks": tasks,
@@ -174,6 +175,7 @@ class Durability:
         run.records[:] = list(state["records"])
         run.faults[:] = list(state.get("faults", []))
         run.initial_accuracy = state.get("initial_accuracy")
+        run.initial_evaluation = state.get("initial_evaluation")
         self.screen.load_state_dict(state["screen"])
         self.roster.restore(
             saved.clients, {str(k): int(v) for k, v in state.get("claims", {}).items()},

@@ -3,7 +3,10 @@
 :class:`EdgeStreams` maps an edge id to its :class:`EdgeSlot`. A Connect call opens a
 :class:`Stream` (a newer one for the same edge replaces it), waits in :meth:`EdgeStreams.next`
 for a task it has not sent yet, and closes. :meth:`~EdgeStreams.publish` hands new tasks to their
-edges' streams. Event loop only; no gRPC (a replaced stream raises :class:`Refusal` ABORTED).
+edges' streams. Evaluation tasks (federated evaluation, :mod:`cloud_server.fedeval`) wait in
+their edge's queue (:meth:`~EdgeStreams.queue_evaluations`) and go out once, after any training
+task the stream has not sent yet; an unsent one is dropped when a newer one comes for its edge.
+Event loop only; no gRPC (a replaced stream raises :class:`Refusal` ABORTED).
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ class EdgeSlot:
     generation: int = 0
     current: TaskState | None = None
     connects: int = 0
+    #: evaluation tasks not sent yet, oldest first (each goes out once, to one stream)
+    evaluations: list[TaskState] = field(default_factory=list)
 
 
 @dataclass
@@ -78,11 +83,15 @@ class EdgeStreams(Mapping[int, EdgeSlot]):
         same edge replaced it."""
         slot = stream.slot
 
-        def ready() -> bool:
+        def training() -> bool:
             cur = slot.current
-            return (done.is_set() or slot.generation != stream.generation
-                    or (cur is not None and cur is not stream.last and cur.reply is None
-                        and cur.expired is None))
+            return (cur is not None and cur is not stream.last and cur.reply is None
+                    and cur.expired is None)
+
+        def ready() -> bool:
+            slot.evaluations[:] = [t for t in slot.evaluations if t.expired is None]
+            return (done.is_set() or slot.generation != stream.generation or training()
+                    or bool(slot.evaluations))
 
         async with slot.cond:
             await slot.cond.wait_for(ready)
@@ -91,6 +100,10 @@ class EdgeStreams(Mapping[int, EdgeSlot]):
                           f"edge {slot.edge_id} connected again; this stream is replaced")
         if done.is_set():
             return None
+        if not training():  # an evaluation task: sent once, never again
+            task = slot.evaluations.pop(0)
+            task.sent_at = time.monotonic()
+            return task
         task = slot.current
         assert task is not None
         if task.sent_at is None:
@@ -124,6 +137,17 @@ class EdgeStreams(Mapping[int, EdgeSlot]):
             log.info("round %d: task %s -> edge %d (%d clients, version %d, T^ %.2f s)",
                      t.dispatch.round, t.task_id, t.dispatch.coalition, len(t.dispatch.clients),
                      t.dispatch.version, t.dispatch.t_hat_s)
+            async with slot.cond:
+                slot.cond.notify_all()
+
+    async def queue_evaluations(self, tasks: list[TaskState]) -> None:
+        """Queue evaluation tasks for their edges' streams (an edge's unsent older one is
+        dropped: only the newest model's evaluation is worth its time)."""
+        for t in tasks:
+            slot = self._slots[t.dispatch.coalition]
+            for old in slot.evaluations:
+                old.expired = "superseded by a newer evaluation"
+            slot.evaluations[:] = [t]
             async with slot.cond:
                 slot.cond.notify_all()
 

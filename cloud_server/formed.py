@@ -5,8 +5,8 @@ when a formation attempt fails. It holds the :class:`~cloud_server.state.Federat
 :class:`~cloud_server.arrivals.Arrivals` that change it, and takes the controller's lock for
 every transition of the strategy, publishing the views after each (the collaborators never take
 the lock): a Submit checked, then applied (aggregation, dispatch, checkpoint: all or nothing);
-the global model evaluated; a coalition lost or taken back; at the end the final checkpoint and
-the results. It knows neither gRPC nor the event loop: the run loop calls these methods (the
+the global model evaluated (centrally, or its federated evaluation's tasks made and each result
+kept); a coalition lost or taken back; at the end the final checkpoint and the results. It knows neither gRPC nor the event loop: the run loop calls these methods (the
 heavy ones in worker threads), and tests call them directly.
 """
 
@@ -26,6 +26,7 @@ from fedcure_app.tasks import ClientReport
 from cloud_server.arrivals import Arrivals
 from cloud_server.checkpoint import CheckpointStore
 from cloud_server.durable import Durability
+from cloud_server.fedeval import FederatedResult, evaluation_tasks
 from cloud_server.reach import reach_warnings
 from cloud_server.refusal import Reason, Refusal
 from cloud_server.results import ResultsWriter
@@ -78,6 +79,7 @@ class FormedRun:
         self.views = views
         self.tally = tally
         self.evaluator = evaluator
+        self.tasks = tasks
         self.arrivals = Arrivals(cfg, federation, log, tasks, screen, durability)
 
     @property
@@ -137,6 +139,26 @@ class FormedRun:
             arrays = [np.array(a, copy=True) for a in self.strategy.global_arrays]
         acc, loss = self.evaluator(arrays)
         return float(acc), float(loss)
+
+    def evaluation_tasks(self, round_: int) -> list[TaskState]:
+        """Federated evaluation of the current global model: one evaluation task per edge
+        (:func:`cloud_server.fedeval.evaluation_tasks`), started at global round ``round_``."""
+        with self.lock:
+            s = self.strategy
+            return evaluation_tasks(self.cfg, s.version, round_, self.federation.assignment,
+                                    self.tasks.model_bytes(s))
+
+    def record_federated(self, record: dict[str, Any] | None, result: FederatedResult) -> None:
+        """Keep a federated evaluation (recomputed as edges answer) in its round's ``record``,
+        or for the initial model (``record`` None), and publish it."""
+        with self.lock:
+            if record is None:
+                self.log.initial_accuracy = result.accuracy
+                self.log.initial_evaluation = {"loss": result.loss, **{
+                    k: v for k, v in result.fields().items() if k not in ("accuracy", "loss")}}
+            else:
+                record.update(result.fields())
+            self.views.publish(self.federation, rebuild=True)
 
     # ================================================================== failover
     def lose(self, m: int, task: TaskState | None, why: str) -> list[TaskState]:

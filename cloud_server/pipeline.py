@@ -23,6 +23,7 @@ from cloud_server import validation as door
 from cloud_server.checkpoint import DiskFull
 from cloud_server.controller import CloudController
 from cloud_server.edge_streams import EdgeStreams
+from cloud_server.fedeval import FederatedEvaluations
 from cloud_server.refusal import Reason, Refusal
 from cloud_server.state import Phase, TaskState
 
@@ -42,15 +43,23 @@ class ArrivalPipeline:
         Runs a coroutine in the background of the run.
     on_finished:
         Called (spawned) once the last global round is on disk: writes the results.
+    evaluations:
+        The run's federated evaluations (None: central or none): one starts after every
+        ``eval_every``-th round and the last.
     """
 
     def __init__(self, controller: CloudController, edges: EdgeStreams, *,
                  spawn: Callable[[Coroutine[Any, Any, None]], None],
-                 on_finished: Callable[[], Coroutine[Any, Any, None]]) -> None:
+                 on_finished: Callable[[], Coroutine[Any, Any, None]],
+                 evaluations: FederatedEvaluations | None = None) -> None:
         self.controller = controller
         self.edges = edges
         self._spawn = spawn
         self._on_finished = on_finished
+        self.evaluations = evaluations
+        #: the last round is aggregated: no Submit, loss or take-back changes the run any more
+        #: (phase DONE follows once the final model's federated evaluation is in)
+        self.over = False
         #: arrivals, losses and take-backs are applied one at a time
         self._lock = asyncio.Lock()
 
@@ -69,7 +78,7 @@ class ArrivalPipeline:
             return task.reply
         if task.pending is not None:
             return await asyncio.shield(task.pending)
-        if c.phase == Phase.DONE or self.done:
+        if c.phase == Phase.DONE or self.done or self.over:
             return c.answer_over(task, "training is over; this model was not aggregated")
         strategy, formed = c.strategy, c.formed
         assert strategy is not None and formed is not None
@@ -111,7 +120,7 @@ class ArrivalPipeline:
         latency = max(received - sent, 1e-6)
         reports = [report_from_proto(s) for s in req.stats]
         async with self._lock:
-            if self.done or c.phase == Phase.DONE:
+            if self.done or c.phase == Phase.DONE or self.over:
                 return pb.SubmitReply(accepted=False, version=c.strategy.version,
                                       detail="training is over; not aggregated")
             t_agg = time.monotonic()
@@ -147,6 +156,9 @@ class ArrivalPipeline:
             if c.formed.should_evaluate(arrival):
                 acc, loss = await asyncio.to_thread(c.formed.evaluate)
                 c.formed.record_evaluation(rec, acc, loss)
+            elif self.evaluations is not None and self.evaluations.due(rec["round"],
+                                                                       arrival.finished):
+                await self.evaluations.start(rec)  # its answers land on rec as they come
             log.info(
                 "round %d/%d: coalition %d arrived%s (staleness %d, xi %.3f, latency "
                 "%.2f s, estimate %.2f s) -> version %d, dispatched %s%s",
@@ -161,7 +173,9 @@ class ArrivalPipeline:
             assert reply is not None
             if arrival.finished:
                 # the last update is on disk: answer now, write the results after
-                c.end_training()
+                self.over = True
+                if self.evaluations is None:  # else once the final evaluation is in
+                    c.end_training()
                 self._spawn(self._on_finished())
             return reply
 
@@ -170,7 +184,7 @@ class ArrivalPipeline:
         c = self.controller
         async with self._lock:
             s = c.strategy
-            if s is None or self.done or m in s.unavailable:
+            if s is None or self.done or self.over or m in s.unavailable:
                 return
             if task is not None and (s.in_flight.get(m) is not task.dispatch
                                      or task.pending is not None or task.reply is not None):
@@ -190,7 +204,7 @@ class ArrivalPipeline:
         c = self.controller
         async with self._lock:
             s = c.strategy
-            if s is None or self.done or m not in s.unavailable:
+            if s is None or self.done or self.over or m not in s.unavailable:
                 return
             new = await asyncio.to_thread(c.formed.take_back, m, why)
             log.info("coalition %d available again: %s", m, why)

@@ -34,13 +34,20 @@ class ResultsWriter:
         written).
     write_plots:
         Write the PNG plots too.
+    evaluation:
+        How the global model is evaluated: ``central`` (a test set at the cloud, or none) or
+        ``federated`` (on the clients' held-out parts, :mod:`cloud_server.fedeval`); the
+        result's ``evaluation`` key.
     """
 
     def __init__(self, cfg: FedCureConfig, out_dir: str | Path | None = None,
-                 write_plots: bool = True) -> None:
+                 write_plots: bool = True, evaluation: str = "central") -> None:
+        if evaluation not in ("central", "federated"):
+            raise ValueError(f"evaluation must be central or federated, got {evaluation!r}")
         self.cfg = cfg
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.write_plots = write_plots
+        self.evaluation = evaluation
 
     def summary(self, federation: Federation, roster: Roster, run: RunLog,
                 checkpoints: CheckpointStore | None) -> dict[str, Any]:
@@ -66,7 +73,11 @@ class ResultsWriter:
             "mode": "deployment",
             "complete": len(records) >= cfg.run.global_rounds,
             "dataset": cfg.data.dataset,
+            # federated: the accuracies are the clients' sample-weighted ones on their held-out
+            # parts; each evaluated record also says how many clients and samples answered
+            "evaluation": self.evaluation,
             "initial_accuracy": run.initial_accuracy,
+            "initial_evaluation": run.initial_evaluation,
             "final_accuracy": accs[-1] if accs else None,
             "best_accuracy": max(accs) if accs else None,
             "rounds": len(records),

@@ -14,7 +14,12 @@ server's event loop, without knowing gRPC (it raises :class:`~cloud_server.refus
   the CPU work in worker threads); a duplicate gets the same reply, one arriving while its twin
   is applied waits for it;
 - failover: a watchdog expires tasks past their deadline (``cloud_server.failover``);
-- the end: the final checkpoint and the results (worker thread), then every stream closes.
+- federated evaluation (:class:`~cloud_server.fedeval.FederatedEvaluations`, when the controller
+  evaluates on the clients' held-out parts): the initial model's once formation ran, then the
+  pipeline's every ``eval_every`` rounds; the edges' ``Evaluated`` answers;
+- the end: the final model's federated evaluation (waited for at most ``final_eval_wait_s``,
+  with the run still in phase TRAINING so that clients and edges stay), the final checkpoint
+  and the results (worker thread), then every stream closes.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from fedcure_app.protocol import cloud_pb2 as pb
 from cloud_server.controller import CloudController
 from cloud_server.edge_streams import EdgeStreams, Stream
 from cloud_server.failover import overdue
+from cloud_server.fedeval import FederatedEvaluations
 from cloud_server.pipeline import ArrivalPipeline
 from cloud_server.refusal import Reason, Refusal
 from cloud_server.registration import RegistrationWindow
@@ -49,15 +55,21 @@ class RunLoop:
         window closes.
     resume:
         Restore the last checkpoint of the controller's store at :meth:`start`.
+    final_eval_wait_s:
+        How long the end of the run waits for the edges' federated evaluations of the final
+        model (seconds; edges that are not connected are not waited for).
     """
 
     def __init__(self, controller: CloudController, *, register_timeout_s: float = 300.0,
-                 resume: bool = False) -> None:
+                 resume: bool = False, final_eval_wait_s: float = 60.0) -> None:
         if not register_timeout_s > 0:
             raise ValueError(f"register timeout must be > 0 s, got {register_timeout_s}")
+        if not final_eval_wait_s >= 0:
+            raise ValueError(f"final evaluation wait must be >= 0 s, got {final_eval_wait_s}")
         self.controller = controller
         self.register_timeout_s = float(register_timeout_s)
         self.resume = bool(resume)
+        self.final_eval_wait_s = float(final_eval_wait_s)
         #: the run was restored from a checkpoint at start
         self.resumed = False
         #: each edge's connection and current task
@@ -70,9 +82,16 @@ class RunLoop:
                                                timeout_s=self.register_timeout_s,
                                                spawn=self._spawn,
                                                is_closing=lambda: self._closing)
+        #: the global model's evaluations on the clients' held-out parts (None: central)
+        self.evaluations = FederatedEvaluations(
+            controller.cfg,
+            make_tasks=lambda r: controller.formed.evaluation_tasks(r),
+            record=lambda rec, res: controller.formed.record_federated(rec, res),
+            queue=self.edges.queue_evaluations) if controller.federated_evaluation else None
         #: Submits, losses and take-backs, one at a time
         self.pipeline = ArrivalPipeline(controller, self.edges, spawn=self._spawn,
-                                        on_finished=self._finish)
+                                        on_finished=self._finish,
+                                        evaluations=self.evaluations)
 
     # ================================================================== lifecycle
     def start(self) -> None:
@@ -96,6 +115,23 @@ class RunLoop:
             log.info("--resume: no checkpoint in %s yet; starting a fresh run",
                      c.checkpoints.dir if c.checkpoints else "(no checkpoint folder)")
         self._spawn(self._watchdog())
+        if self.evaluations is not None and not self.resumed:
+            self._spawn(self._initial_evaluation())
+
+    async def _initial_evaluation(self) -> None:
+        """Once formation ran: the federated evaluation of the initial model."""
+        c = self.controller
+        while not self._closing:
+            formed = self.registration.formed
+            await formed.wait()
+            if self._closing or self.done:
+                return
+            if c.formed is not None and c.phase == Phase.TRAINING:
+                assert self.evaluations is not None
+                await self.evaluations.start(None)
+                return
+            if formed is self.registration.formed:  # woken without formation: closing
+                return
 
     def _resume(self) -> None:
         """Restore the last checkpoint (start(), before serving)."""
@@ -127,6 +163,8 @@ class RunLoop:
         """End every edge stream and waiting Register call, cancel the timers (the server is
         going away). Before the end, streams and Register calls end with UNAVAILABLE."""
         self._closing = True
+        if self.evaluations is not None:
+            self.evaluations.close()
         self._end()
         self.registration.stop()
         await self.edges.wake_all(connected=True)
@@ -193,6 +231,15 @@ class RunLoop:
         (:class:`ArrivalPipeline`)."""
         return await self.pipeline.submit(req, model, received)
 
+    # ================================================================== evaluations
+    async def evaluated(self, m: int, req: pb.EvaluatedRequest) -> bool:
+        """Edge m's answer to an evaluation task (:meth:`FederatedEvaluations.answer`);
+        whether it was taken. FAILED_PRECONDITION when this cloud evaluates centrally."""
+        if self.evaluations is None:
+            raise Refusal(Reason.FAILED_PRECONDITION,
+                          "this cloud does not evaluate on the clients' held-out parts")
+        return await self.evaluations.answer(m, req)
+
     # ================================================================== failures
     async def _watchdog(self) -> None:
         """Expire tasks past their deadline (see ``cloud_server.failover``)."""
@@ -201,7 +248,7 @@ class RunLoop:
         while not self._closing and not self.done:
             await asyncio.sleep(period)
             s = c.strategy
-            if s is None or c.phase != Phase.TRAINING:
+            if s is None or c.phase != Phase.TRAINING or self.pipeline.over:
                 continue
             now = time.monotonic()
             for m, d in list(s.in_flight.items()):
@@ -216,6 +263,13 @@ class RunLoop:
     # ================================================================== the end
     async def _finish(self) -> None:
         c = self.controller
+        ev = self.evaluations
+        if ev is not None:  # the final model's evaluation, then phase DONE (clients leave)
+            if ev.by_round:
+                await ev.settle(max(ev.by_round), lambda m: m in c.roster.connected,
+                                self.final_eval_wait_s)
+            ev.close()
+            c.end_training()
         await asyncio.to_thread(c.finish)
         self._end()
         await self.edges.wake_all()

@@ -16,6 +16,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from fedcure_app.protocol import cloud_pb2_grpc as pb_grpc
 from fedcure_app.protocol.codec import GRPC_OPTIONS, edge_link_handler
+from cloud_server.fedeval import evaluated_handler
 from cloud_server.guard import MalformedRequestGuard
 from cloud_server.progress import progress_handler
 from cloud_server.service import CloudService
@@ -28,9 +29,10 @@ class AddressInUse(OSError):
 
 def add_servicers(server: grpc.aio.Server, service: CloudService) -> None:
     """Serve the three services on ``service``'s handlers; EdgeLink with the codec's fast wire
-    path for models (and Progress beside it)."""
+    path for models (and Progress and Evaluated beside it)."""
     pb_grpc.add_AssociationServicer_to_server(service, server)
-    server.add_generic_rpc_handlers((edge_link_handler(service), progress_handler(service)))
+    server.add_generic_rpc_handlers((edge_link_handler(service), progress_handler(service),
+                                     evaluated_handler(service)))
     pb_grpc.add_MonitorServicer_to_server(service, server)
 
 

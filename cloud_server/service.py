@@ -33,6 +33,17 @@ thin handlers over a :class:`cloud_server.controller.CloudController` and the
     folder and ends every edge stream with status OK. Progress carries where a task stands
     (``cloud_server.progress``).
 
+``EdgeLink.Evaluated``
+    When the cloud evaluates the global model on the clients' held-out parts (federated
+    evaluation, ``cloud_server.fedeval``: the clients train on their own data and the cloud has
+    no test set), it streams evaluation tasks (``Task.evaluate``) at formation, every
+    ``eval_every`` rounds and after the last; an ES answers one with its clients' sums. The
+    result is the sample-weighted accuracy and loss over the clients that answered, kept on the
+    round's record. FAILED_PRECONDITION on a cloud that evaluates centrally, NOT_FOUND for an
+    unknown evaluation task, INVALID_ARGUMENT for another edge's task, another version, a client
+    outside the coalition or inconsistent sums; ``accepted`` is False once the results are
+    being written.
+
 ``Monitor.Status``
     Phase, version, round, registered clients, connected edges, coalitions in flight and where
     their tasks stand: the controller's :class:`~cloud_server.state.StatusSnapshot`, read
@@ -117,6 +128,10 @@ class CloudService:
     edge_credentials:
         Per-edge tokens and/or edge client certificates binding each edge id to a credential
         (``cloud_server.identity``); None: the shared token lets a caller act as any edge.
+    federated_evaluation:
+        Evaluate on the clients' held-out parts (None: with ``cfg.task`` and no evaluator).
+    final_eval_wait_s:
+        How long the end of a federated-evaluation run waits for the final model's evaluation.
     """
 
     def __init__(self, cfg: FedCureConfig, *, expected_clients: int,
@@ -124,13 +139,15 @@ class CloudService:
                  token: str = "", initial_arrays: list[np.ndarray] | None = None,
                  evaluator: Evaluator | None = None, write_plots: bool = True,
                  checkpoint_dir: str | Path | None = None, resume: bool = False,
-                 edge_credentials: EdgeCredentials | None = None) -> None:
+                 edge_credentials: EdgeCredentials | None = None,
+                 federated_evaluation: bool | None = None,
+                 final_eval_wait_s: float = 60.0) -> None:
         self.controller = CloudController(
             cfg, expected_clients=expected_clients, out_dir=out_dir,
             initial_arrays=initial_arrays, evaluator=evaluator, write_plots=write_plots,
-            checkpoint_dir=checkpoint_dir)
+            checkpoint_dir=checkpoint_dir, federated_evaluation=federated_evaluation)
         self.run = RunLoop(self.controller, register_timeout_s=register_timeout_s,
-                           resume=resume)
+                           resume=resume, final_eval_wait_s=final_eval_wait_s)
         self.token = token
         self.edge_credentials = edge_credentials or EdgeCredentials()
 
@@ -285,6 +302,14 @@ class CloudService:
             m, request.task_id, request.edge_round, request.tau_e,
             request.training_client_ids, request.elapsed_s)
         return pb.ProgressReply(expected=expected)
+
+    @answers_refusals
+    async def Evaluated(self, request: pb.EvaluatedRequest, context: grpc.aio.ServicerContext
+                        ) -> pb.EvaluatedReply:
+        """An ES's answer to an evaluation task (federated evaluation; see the module
+        docstring)."""
+        m = self._check_edge(request.token, request.edge_id, context)
+        return pb.EvaluatedReply(accepted=await self.run.evaluated(m, request))
 
     # ================================================================== Monitor
     async def Status(self, request: pb.StatusRequest, context: grpc.aio.ServicerContext

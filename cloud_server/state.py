@@ -241,6 +241,9 @@ class RunLog:
     warnings: list[dict[str, Any]] = field(default_factory=list)
     t0: float | None = None
     initial_accuracy: float | None = None
+    #: the initial model's federated evaluation besides its accuracy (loss, clients, samples,
+    #: per-class accuracy); None: evaluated centrally, or not yet
+    initial_evaluation: dict[str, Any] | None = None
 
     def elapsed_s(self) -> float:
         """Seconds since round 0 was dispatched (0 before)."""
