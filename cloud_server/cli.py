@@ -213,6 +213,9 @@ async def _run(args: argparse.Namespace, cfg: Any, evaluator: Any, credentials: 
         write_plots=not args.no_plots,
         checkpoint_dir=None if args.no_checkpoint else Path(args.out) / "checkpoint",
         resume=args.resume, edge_credentials=creds,
+        # a task without --test-data: evaluated on the clients' held-out parts (never with
+        # --no-eval)
+        federated_evaluation=False if args.no_eval else None,
     )
     stop = asyncio.Event()
     got: list[str] = []
