@@ -85,6 +85,9 @@ from client.partition import cut_partition
 
 PROG = "fedcure-client"
 log = logging.getLogger("fedcure.client")
+#: flower-supernode exits in a row, each within QUICK_EXIT_S of its start, before the client gives
+#: up (a SuperNode exits when its edge's SuperLink restarted and no longer knows its node id)
+SUPERNODE_RESTARTS, QUICK_EXIT_S = 5, 30.0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -251,7 +254,7 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
             # the cloud logs why and no longer waits for this client
             withdraw(assoc, args, name, " ".join(str(err).split()))
             if isinstance(err, DataRefused):
-                raise UsageError(f"--data {args.data}: {err}") from None
+                raise UsageError(f"--data: {err}") from None
             raise
         if data is None:  # asked to stop meanwhile
             return 0
@@ -319,7 +322,8 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
             supernode = start_supernode(argv, work, env, stop, args.supernode_auth)
         log.info("client %d: SuperNode (pid %d, runtime port %d, runtime %s) -> %s",
                  reg.client_id, supernode.pid, port, warm.runtime, reg.edge_address)
-        restarts = 0
+        restarts = quick_exits = 0
+        started_at = time.monotonic()
         monitor = pb_grpc.MonitorStub(channel)
         lost_since: float | None = None
         asked_at = -float("inf")
@@ -327,8 +331,19 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
 
         while not stop.is_set():
             if supernode.poll() is not None:
-                raise ClientError(f"flower-supernode exited with code {supernode.proc.returncode};"
-                                  f" its log ends with:\n{supernode.tail()}")
+                quick_exits = quick_exits + 1 if time.monotonic() - started_at < QUICK_EXIT_S else 1
+                if quick_exits > SUPERNODE_RESTARTS:
+                    raise ClientError(f"flower-supernode exited with code "
+                                      f"{supernode.proc.returncode} {quick_exits} times in a row;"
+                                      f" its log ends with:\n{supernode.tail()}")
+                log.warning("client %d: flower-supernode exited with code %d (its edge server "
+                            "restarted?); starting it again", reg.client_id,
+                            supernode.proc.returncode)
+                supernode.stop(grace_s=1.0)
+                stop.wait(1.0)
+                supernode = start_supernode(argv, work, env, stop, args.supernode_auth)
+                started_at = time.monotonic()
+                continue
             if executor is not None and executor.poll() is not None:
                 restarts += 1
                 if restarts > warm.trainer_restarts:

@@ -88,7 +88,14 @@ def partition(cfg: FedCureConfig, clients: Sequence[ClientEntry]
     pairwise JSD Φ before and after (nats)."""
     m = cfg.federation.num_edges
     counts = np.stack([c.label_counts for c in clients])
-    initial, notes = initial_partition([c.home_edge for c in clients], m)
+    if cfg.task is not None:
+        # the clients' own data: contiguous blocks in client order over the clients present
+        # (a withdrawn client leaves no gap), as `fedcure simulate` lays out the same entries
+        from fedcure_app.data.own_federation import initial_edges
+
+        initial, notes = initial_edges(len(clients), m), []
+    else:
+        initial, notes = initial_partition([c.home_edge for c in clients], m)
     for note in notes:
         log.warning("initial partition: %s", note)
     t = time.perf_counter()

@@ -56,6 +56,16 @@ class StatusPoller:
         self.channel.close()
 
 
+def report_refused(child: Any, reported: set[str]) -> None:
+    """Log once, in one line, why a client exited with code 2 (its data, model or flags were
+    refused: the last line of its log); the run goes on with the others."""
+    if child.poll() != 2 or child.name in reported:
+        return
+    reported.add(child.name)
+    last = (child.tail(1) or "no reason logged").strip()
+    log.warning("%s refused: %s", child.name, last.removeprefix("fedcure-client: error: "))
+
+
 def supervise(roles: Any, status: StatusPoller, rounds: int, args: argparse.Namespace,
               stop: threading.Event, result_path: Path | None = None,
               exit_grace_s: float = 30.0) -> tuple[int, str]:
@@ -75,6 +85,7 @@ def supervise(roles: Any, status: StatusPoller, rounds: int, args: argparse.Name
         bar = progress.add_task("launch", total=rounds, line=progress_line(
             "starting", 0, rounds, "", 0.0, console.width))
         done_at: float | None = None
+        reported: set[str] = set()
         while not stop.is_set():
             code = roles.cloud.poll()
             if code is not None:
@@ -83,7 +94,7 @@ def supervise(roles: Any, status: StatusPoller, rounds: int, args: argparse.Name
                 if child.poll() not in (None, 0):
                     return 1, f"{child.name} exited with code {child.proc.returncode}"
             for child in roles.clients:
-                child.poll()
+                report_refused(child, reported)
             s = status()
             if s is not None and s.phase == pb.StatusReply.DONE and done_at is None:
                 done_at = time.monotonic()
