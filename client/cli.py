@@ -114,11 +114,13 @@ def build_parser() -> argparse.ArgumentParser:
     own.add_argument("--holdout", type=float, metavar="F",
                      help="fraction held out (seeded, stratified) for federated evaluation "
                           "when PATH has no test/ part (default: the cloud's, 0.1)")
-    own.add_argument("--histogram-epsilon", type=float, default=0.0, metavar="E",
+    own.add_argument("--histogram-epsilon", type=float, metavar="E",
                      help="report the label histogram with Laplace noise of scale 1/E "
-                          "(E-differential privacy of the histogram; 0: exact counts)")
-    own.add_argument("--histogram-min-count", type=int, default=0, metavar="K",
-                     help="report classes with fewer than K samples as 0 (default 0)")
+                          "(E-differential privacy of the histogram; 0: exact counts; "
+                          "default: the cloud's histogram-epsilon, 0)")
+    own.add_argument("--histogram-min-count", type=int, metavar="K",
+                     help="report classes with fewer than K samples as 0 (default: the "
+                          "cloud's histogram-min-count, 0)")
     p.add_argument("--partition-id", type=int, metavar="I",
                    help="ask for partition I (default: the cloud assigns one); with --data, "
                         "the client's place in the cloud's order (client id, initial edge)")
@@ -398,7 +400,7 @@ def check_own_data_flags(args: argparse.Namespace) -> None:
         for flag in ("label_column", "holdout"):
             if getattr(args, flag) is not None:
                 raise UsageError(f"--{flag.replace('_', '-')}: only with --data")
-        if args.histogram_epsilon or args.histogram_min_count:
+        if args.histogram_epsilon is not None or args.histogram_min_count is not None:
             raise UsageError("--histogram-epsilon/--histogram-min-count: only with --data")
         return
     if args.dataset or args.data_dir or args.num_partitions is not None:
@@ -408,9 +410,10 @@ def check_own_data_flags(args: argparse.Namespace) -> None:
         raise UsageError(f"--data {args.data}: no such file or folder")
     if args.holdout is not None and not 0.0 <= args.holdout < 1.0:
         raise UsageError(f"--holdout {args.holdout}: must be in [0, 1)")
-    if not (args.histogram_epsilon >= 0 and args.histogram_epsilon < float("inf")):
+    eps = args.histogram_epsilon
+    if eps is not None and not (eps >= 0 and eps < float("inf")):
         raise UsageError("--histogram-epsilon must be a finite number >= 0 (0: exact counts)")
-    if args.histogram_min_count < 0:
+    if args.histogram_min_count is not None and args.histogram_min_count < 0:
         raise UsageError("--histogram-min-count must be >= 0")
 
 
@@ -421,8 +424,12 @@ def prepare_data(cfg: Any, args: argparse.Namespace, index: int, name: str, out:
     if cfg.task is None:
         return cut_partition(cfg, index, name, out, stop=stop)
     return read_own_data(cfg, index, name, out, data=args.data, label_column=args.label_column,
-                         holdout=args.holdout, epsilon=args.histogram_epsilon,
-                         min_count=args.histogram_min_count, stop=stop)
+                         holdout=args.holdout,
+                         epsilon=cfg.data.histogram_epsilon if args.histogram_epsilon is None
+                         else args.histogram_epsilon,
+                         min_count=cfg.data.histogram_min_count
+                         if args.histogram_min_count is None else args.histogram_min_count,
+                         stop=stop)
 
 
 def main(argv: list[str] | None = None) -> int:

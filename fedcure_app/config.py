@@ -125,6 +125,14 @@ class DataConfig(_Section):
         "client's data held out for federated evaluation when it has no test part")
     label_column: str = Field("label", min_length=1, max_length=256,
                               description="with a task: the label column of a client's CSV")
+    histogram_epsilon: float = Field(
+        0.0, ge=0.0, le=1e6, allow_inf_nan=False, description="ε of the Laplace noise on "
+        "each client's label histogram, the only thing formation learns of its data "
+        "(ε-differential privacy per release; 0: exact counts); a deployed client's "
+        "--histogram-epsilon overrides it")
+    histogram_min_count: int = Field(
+        0, ge=0, le=1_000_000, description="classes a client holds fewer samples of are "
+        "reported as 0 (after the noise)")
 
 
 class RunConfig(_Section):

@@ -16,6 +16,7 @@ the initial weights and the batch order.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -134,7 +135,15 @@ class ModelImportError(ValueError):
 
 def import_factory(path: str) -> object:
     """The callable named by ``package.module:factory`` (imported here)."""
+    import os
+    import sys
+
     module_name, _, attr = path.partition(":")
+    top = module_name.split(".")[0]
+    if importlib.util.find_spec(top) is None and os.getcwd() not in sys.path:
+        # as `python -m` would: a module beside the user's working folder (console scripts
+        # such as `fedcure` leave the working folder off sys.path)
+        sys.path.append(os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except Exception as err:  # noqa: BLE001 - a user's module may raise anything on import

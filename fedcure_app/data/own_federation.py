@@ -22,23 +22,13 @@ from fedcure_app.data.errors import CorruptDatasetError, MissingDatasetError
 
 log = logging.getLogger(__name__)
 
-#: file suffixes a client entry may have (folders are taken as they are)
-ENTRY_SUFFIXES: tuple[str, ...] = (".npz", ".csv")
-
-
 def client_entries(clients_dir: str | Path) -> list[Path]:
-    """The client entries of ``clients_dir`` in sorted name order: its folders and its ``.npz``
-    / ``.csv`` files, hidden names left out; :class:`MissingDatasetError` when there is none."""
-    root = Path(clients_dir).expanduser()
-    if not root.is_dir():
-        raise MissingDatasetError(f"clients-data {root}: not a folder (it holds one entry per "
-                                  "client)")
-    entries = sorted((p for p in root.iterdir() if not p.name.startswith(".")
-                      and (p.is_dir() or p.suffix.lower() in ENTRY_SUFFIXES)),
-                     key=lambda p: p.name)
-    if not entries:
-        raise MissingDatasetError(f"clients-data {root}: no client folders, .npz or .csv files")
-    return entries
+    """The client entries of ``clients_dir`` in sorted name order (:func:`fedcure_app.data.
+    own.client_entries`: its folders and data files, hidden names left out); a
+    :class:`~fedcure_app.data.errors.DatasetError` when there is none."""
+    from fedcure_app.data.own import client_entries as entries_of
+
+    return entries_of(Path(clients_dir).expanduser())
 
 
 def initial_edges(num_clients: int, num_edges: int) -> np.ndarray:
@@ -111,5 +101,5 @@ def load_federation_data(cfg: Any) -> Dataset:
                             seed=cfg.run.seed, label_column=cfg.data.label_column)
 
 
-__all__ = ["ENTRY_SUFFIXES", "client_entries", "given_partition", "initial_edges",
+__all__ = ["client_entries", "given_partition", "initial_edges",
            "load_federation_data", "load_own_dataset"]

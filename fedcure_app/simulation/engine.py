@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+import math
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -104,7 +105,8 @@ def build_federation(cfg: FedCureConfig, dataset: Dataset | None = None) -> Fede
     if dataset is None:
         dataset = load_federation_data(cfg)
     part = partition_for(cfg, dataset)
-    assignment, formation = form(cfg, part.label_counts, part.initial_assignment)
+    assignment, formation = form(cfg, reported_counts(cfg, part.label_counts),
+                                 part.initial_assignment)
     profiles = profiles_for(cfg)
     population = PopulationArrays.from_profiles(profiles[: fed.num_clients],
                                                 cycles_key(dataset.model_spec))
@@ -117,6 +119,21 @@ def build_federation(cfg: FedCureConfig, dataset: Dataset | None = None) -> Fede
         formation=formation, population=population, model_bytes=model_num_bytes(model),
         initial_arrays=get_weights(model),
     )
+
+
+def reported_counts(cfg: FedCureConfig, counts: np.ndarray) -> np.ndarray:
+    """The label histograms formation sees: the clients' own, or with ``data.histogram-
+    epsilon`` > 0 each released with Laplace noise (:func:`fedcure_app.core.privacy.
+    private_histogram`, seeded by the run's seed) as a deployed client would report it. The
+    run's JSD figures are still measured on the true counts."""
+    eps = cfg.data.histogram_epsilon
+    if eps <= 0 and cfg.data.histogram_min_count == 0:
+        return counts
+    from fedcure_app.core.privacy import private_histogram
+
+    rng = np.random.default_rng([cfg.run.seed, 0x5EED])
+    return private_histogram(counts, eps if eps > 0 else math.inf,
+                             cfg.data.histogram_min_count, rng)
 
 
 def client_tensors(federation: Federation) -> list[tuple[torch.Tensor, torch.Tensor]]:
