@@ -208,3 +208,84 @@ def test_inconsistent_sums_are_refused():
         EvalSums(3, 1.0, 1, (1, 0), (2, 0))  # per-class totals do not sum to the samples
     with pytest.raises(ValueError):
         combine([EvalSums(2, 1.0, 1, (1, 0), (1, 1))], 3)
+
+
+# ------------------------------------------------------------------------------ a whole run
+def test_a_run_evaluated_on_the_clients_held_out_parts_matches_a_central_evaluation(
+        cleanup, tmp_path: Path):
+    """The real cloud (a task, no test set), 2 real EdgeServers on fake grids and 4 clients
+    answering through the real ClientApp: every evaluation is federated, and the initial and
+    final accuracies equal a central evaluation of those models on the union of the clients'
+    held-out parts."""
+    import json
+    import threading
+
+    import torch
+    from flwr.app import Context, RecordDict
+
+    import fedcure_app.flower.client_app as client_app
+    from edge_server.serve import EdgeServer
+    from edge_server.settings import EdgeSettings
+    from fedcure_app.config import FedCureConfig, apply_flat, build_config
+    from fedcure_app.data.task import parse_task
+    from fedcure_app.flower.node_data import load_node_data
+    from fedcure_app.models import build_model, get_weights, model_signature
+    from fedcure_app.protocol import cloud_pb2 as pb
+    from fedcure_app.protocol import cloud_pb2_grpc as pb_grpc
+    from fedcure_app.protocol.codec import profile_to_proto
+    from tests.deployment.fakes import channel, start_cloud
+
+    base = apply_flat(FedCureConfig(), {
+        "num-clients": 4, "num-edges": 2, "global-rounds": 2, "eval-every": 1, "tau-e": 1,
+        "tau-c": 2, "batch-size": 8, "max-concurrent": 2, "formation": "none"})
+    data = base.model_dump()
+    data["task"], data["federation"]["num_classes"] = _task(), len(CLASSES)
+    cfg = build_config(data)
+    torch.manual_seed(0)
+    initial = get_weights(build_model(cfg.task))
+    server = start_cloud(cfg, expected=4, initial=initial, out_dir=tmp_path / "out")
+    cleanup.append(server)
+    assert server.service.controller.federated_evaluation
+    grids = {0: FakeGrid({}), 1: FakeGrid({})}
+    edges = [EdgeServer(grids[m], EdgeSettings(cloud=server.address, edge_id=m,
+                                               advertise=f"edge{m}:1", insecure=True,
+                                               discovery_timeout_s=60)) for m in (0, 1)]
+    threads = [threading.Thread(target=e.run, daemon=True) for e in edges]
+    for t in threads:
+        t.start()
+    paths = [_node_file(tmp_path, f"dev-{i}", i, (5, 9, 6, 3)[i]) for i in range(4)]
+    stub = pb_grpc.AssociationStub(channel(server.address))
+    signature = json.dumps([[k, list(s)] for k, s in model_signature(build_model(cfg.task))])
+
+    def client(i: int) -> None:
+        node = load_node_data(paths[i])
+        reply = stub.Register(pb.RegisterRequest(
+            client_name=f"dev-{i}", label_counts=node.label_counts.tolist(),
+            num_samples=int(node.y.size), device=profile_to_proto(node.profile),
+            home_edge=i % 2, model_signature=signature), timeout=60)
+        ctx = Context(run_id=1, node_id=100 + i, state=RecordDict(), run_config={},
+                      node_config={"client-id": reply.client_id, "cpufreq": "off",
+                                   "data-file": str(paths[i])})
+        grids[reply.edge_id].handlers[1000 + i] = lambda m: client_app.app(m, ctx)
+
+    regs = [threading.Thread(target=client, args=(i,)) for i in range(4)]
+    for t in regs:
+        t.start()
+    for t in regs:
+        t.join(60)
+    assert server.join(120), "the run did not finish"
+    for t in threads:
+        t.join(10)
+    result = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert result["evaluation"] == "federated" and result["rounds"] == 2
+    assert all(r["evaluation_clients"] == 4 and r["evaluation_samples"] == 23
+               for r in result["records"])
+    final = server.service.controller.strategy.global_arrays
+    for arrays, acc, loss in ((initial, result["initial_accuracy"],
+                               result["initial_evaluation"]["loss"]),
+                              (final, result["final_accuracy"],
+                               result["records"][-1]["loss"])):
+        central, _ = _central(paths, arrays)
+        assert acc == central.accuracy
+        assert loss == pytest.approx(central.loss, rel=1e-6)
+    assert parse_task(_task()).num_classes == len(result["records"][-1]["class_accuracy"])
