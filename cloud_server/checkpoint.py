@@ -289,16 +289,24 @@ class CheckpointStore:
 
 
 # ------------------------------------------------------------------------------ compatibility
-def config_diff(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """``section.key: old -> new`` for every setting a resumed run may not change."""
+def config_diff(saved: dict[str, Any], current: dict[str, Any],
+                defaults: dict[str, Any] | None = None) -> list[str]:
+    """``section.key: old -> new`` for every setting a resumed run may not change. A setting
+    the checkpoint lacks (written before the setting existed) passes at its default
+    (``defaults``: the schema's defaults, same layout)."""
     out = []
     for section, fields in current.items():
         if not isinstance(fields, dict):
             continue
+        had = saved.get(section)
+        had = had if isinstance(had, dict) else {}
         for name, value in fields.items():
             if (section, name) in MUTABLE_KEYS:
                 continue
-            old = saved.get(section, {}).get(name)
+            if name not in had and defaults is not None and (
+                    defaults.get(section) or {}).get(name) == value:
+                continue
+            old = had.get(name)
             if old != value:
                 out.append(f"{section}.{name}: {old!r} -> {value!r}")
     return out

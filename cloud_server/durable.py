@@ -141,7 +141,8 @@ class Durability:
 
     def read(self, state: dict[str, Any], models: dict[int, bytes]) -> Saved:
         """Check a checkpoint against this run and decode the federation it describes."""
-        diff = config_diff(state.get("config", {}), self.cfg.model_dump(mode="json"))
+        diff = config_diff(state.get("config", {}), self.cfg.model_dump(mode="json"),
+                           FedCureConfig().model_dump(mode="json"))
         if diff:
             raise CheckpointError("the checkpoint was written with a different configuration ("
                                   + "; ".join(diff[:4]) + "); use another --out or the same flags")

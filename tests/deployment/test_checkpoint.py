@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cloud_server.checkpoint import (
-    COPY, PREV, STATE, CheckpointError, CheckpointStore, model_name, write_atomic,
+    COPY, PREV, STATE, CheckpointError, CheckpointStore, config_diff, model_name, write_atomic,
 )
 from fedcure_app.config import FedCureConfig, apply_flat
 from fedcure_app.core.aggregation import cloud_update
@@ -293,3 +293,13 @@ def test_sigkilled_cloud_resumes_without_losing_or_repeating_updates(tmp_path: P
     final = decode_arrays((tmp_path / "final_model.safetensors").read_bytes())
     assert len(final) == len(glob)
     assert all(np.array_equal(a, b) for a, b in zip(final, glob))
+
+
+def test_a_setting_newer_than_the_checkpoint_passes_at_its_default_only():
+    defaults = {"run": {"seed": 0, "new_knob": 1.0}}
+    saved = {"run": {"seed": 0}}  # written before new_knob existed
+    assert config_diff(saved, {"run": {"seed": 0, "new_knob": 1.0}}, defaults) == []
+    assert config_diff(saved, {"run": {"seed": 0, "new_knob": 2.0}}, defaults) == [
+        "run.new_knob: None -> 2.0"]
+    assert config_diff(saved, {"run": {"seed": 3, "new_knob": 1.0}}, defaults) == [
+        "run.seed: 0 -> 3"]
