@@ -87,6 +87,25 @@ def given_partition(dataset: Dataset, num_edges: int, seed: int) -> Any:
                      num_edges=num_edges, seed=seed)
 
 
+def with_task(cfg: Any, task: Any) -> Any:
+    """``cfg`` running ``task`` (a :class:`~fedcure_app.data.task.TaskConfig`): its classes,
+    and with ``data.clients-data`` one client per entry (Flower's run config names the task
+    and the folder; the client count follows the folder)."""
+    from fedcure_app.config import build_config
+
+    data = cfg.model_dump()
+    data["task"] = task.model_dump()
+    data["federation"]["num_classes"] = task.num_classes
+    if cfg.data.clients_data:
+        n = len(client_entries(cfg.data.clients_data))
+        if n != cfg.federation.num_clients:
+            log.info("clients-data %s holds %d clients (num-clients %d ignored)",
+                     cfg.data.clients_data, n, cfg.federation.num_clients)
+        data["federation"]["num_clients"] = n
+        data["federation"]["num_edges"] = min(cfg.federation.num_edges, n)
+    return build_config(data)
+
+
 def load_federation_data(cfg: Any) -> Dataset:
     """The data of a run: the clients' own (``cfg.task`` with ``data.clients_data``) or the
     built-in dataset ``data.dataset``."""
@@ -101,5 +120,5 @@ def load_federation_data(cfg: Any) -> Dataset:
                             seed=cfg.run.seed, label_column=cfg.data.label_column)
 
 
-__all__ = ["client_entries", "given_partition", "initial_edges",
-           "load_federation_data", "load_own_dataset"]
+__all__ = ["client_entries", "given_partition", "initial_edges", "load_federation_data",
+           "load_own_dataset", "with_task"]

@@ -26,6 +26,7 @@ client ``n`` in-process.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -62,7 +63,7 @@ APP_OPTION_DEFAULTS: dict[str, Any] = {
 
 #: Optional string knobs for which ``""`` means "unset".
 _EMPTY_IS_UNSET = ("data-dir", "profiles-file", "formation", "scheduler", "method", "mix",
-                   "calibrate-prior", "warmup-tasks")
+                   "calibrate-prior", "warmup-tasks", "clients-data", "task")
 ROLES = ("simulation", "edge")
 
 
@@ -150,8 +151,17 @@ def config_from_run_config(
             value = _floats(k, value)
         flat[k] = value
     late = {k: flat.pop(k) for k in ("formation", "scheduler") if k in flat}
+    task = flat.pop("task", None)
     cfg = apply_flat(base or FedCureConfig(), flat)
-    return apply_flat(cfg, late) if late else cfg
+    cfg = apply_flat(cfg, late) if late else cfg
+    if task is not None:
+        from fedcure_app.data.own_federation import with_task
+        from fedcure_app.data.task import load_task, parse_task
+
+        text = str(task).strip()
+        cfg = with_task(cfg, parse_task(json.loads(text), "run config task")
+                        if text.startswith("{") else load_task(text))
+    return cfg
 
 
 def _floats(key: str, value: Any) -> list[float]:
@@ -167,8 +177,10 @@ def _floats(key: str, value: Any) -> list[float]:
 def data_key(cfg: FedCureConfig) -> tuple:
     """What a client's data depend on: equal keys, equal partitions (a cache key)."""
     d, f = cfg.data, cfg.federation
+    task = None if cfg.task is None else cfg.task.model_dump_json()
     return (d.dataset, d.data_dir, d.partition, d.dirichlet_alpha, d.shards_per_client,
-            d.classes_per_edge, f.num_clients, f.num_edges, cfg.run.seed)
+            d.classes_per_edge, f.num_clients, f.num_edges, cfg.run.seed, task, d.clients_data,
+            d.holdout, d.label_column)
 
 
 def client_key(cfg: FedCureConfig) -> tuple:
@@ -207,6 +219,8 @@ def run_config_from_config(cfg: FedCureConfig) -> dict[str, Any]:
         elif isinstance(value, list):
             value = ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in value)
         out[key] = value
+    # a task travels inline, as JSON (a run-config value may also name a task file)
+    out["task"] = "" if cfg.task is None else cfg.task.model_dump_json(by_alias=True)
     out.update(APP_OPTION_DEFAULTS)
     return out
 
