@@ -25,6 +25,7 @@ def live_state(controller: Any, mode: str = "deployment") -> LiveState:
     dropped = sum(p.dropped for p in view.history)
     return LiveState(
         source="cloud", clock="wall", mode=mode, phase=status.phase.name.lower(),
+        evaluation="federated" if controller.federated_evaluation else "central",
         global_rounds=status.global_rounds, clients_registered=status.clients_registered,
         expected_clients=status.expected_clients, edges_connected=status.edges_connected,
         num_edges=status.num_edges, elapsed_s=controller.log.elapsed_s(), view=view,

@@ -22,6 +22,10 @@ fedcure_coalition_training             gauge      1 while coalition m trains
 fedcure_client_directive_ghz           gauge      latest CPU-frequency directive per client id
 fedcure_client_applied_ghz             gauge      latest frequency the client reported applying
 fedcure_accuracy_ratio                 gauge      last test accuracy of the global model (0..1)
+fedcure_evaluation_federated           gauge      1: that accuracy is the clients' (federated,
+                                                  on their held-out parts), 0: a test set's
+fedcure_evaluation_clients             gauge      federated: clients the last evaluation covers
+fedcure_evaluation_samples             gauge      federated: held-out samples it covers
 fedcure_clients_registered             gauge      clients registered
 fedcure_clients_expected               gauge      clients formation waits for
 fedcure_edges_connected                gauge      edge servers connected
@@ -70,6 +74,11 @@ METRICS: dict[str, str] = {
     "fedcure_client_directive_ghz": "Latest CPU-frequency directive sent to each client (GHz)",
     "fedcure_client_applied_ghz": "Latest CPU frequency each client reported applying (GHz)",
     "fedcure_accuracy_ratio": "Last measured test accuracy of the global model (0..1)",
+    "fedcure_evaluation_federated": "1 when the accuracy is the clients' sample-weighted one "
+                                    "on their held-out parts (federated), 0 for a test set's",
+    "fedcure_evaluation_clients": "Clients whose held-out parts the last federated evaluation "
+                                  "covers",
+    "fedcure_evaluation_samples": "Held-out samples the last federated evaluation covers",
     "fedcure_clients_registered": "Clients registered with the cloud",
     "fedcure_clients_expected": "Clients coalition formation waits for",
     "fedcure_edges_connected": "Edge servers connected to the cloud",
@@ -142,10 +151,16 @@ class LiveCollector(Collector):
                     [([str(c)], f) for c, f in sorted(v.directive_ghz.items())])
         yield gauge("fedcure_client_applied_ghz", 0, ["client"],
                     [([str(c)], f) for c, f in sorted(v.applied_ghz.items())])
-        accs = [p.accuracy for p in v.history if p.accuracy is not None]
-        acc = accs[-1] if accs else v.initial_accuracy
+        evaluated = [p for p in v.history if p.accuracy is not None]
+        acc = evaluated[-1].accuracy if evaluated else v.initial_accuracy
         if acc is not None:
             yield gauge("fedcure_accuracy_ratio", acc)
+        yield gauge("fedcure_evaluation_federated", float(s.evaluation == "federated"))
+        last = evaluated[-1] if evaluated else None
+        if last is not None and last.evaluation_clients is not None:
+            yield gauge("fedcure_evaluation_clients", last.evaluation_clients)
+        if last is not None and last.evaluation_samples is not None:
+            yield gauge("fedcure_evaluation_samples", last.evaluation_samples)
         yield gauge("fedcure_clients_registered", s.clients_registered)
         yield gauge("fedcure_clients_expected", s.expected_clients)
         yield gauge("fedcure_edges_connected", s.edges_connected)

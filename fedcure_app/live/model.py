@@ -36,6 +36,10 @@ def _num(x: Any) -> float | None:
     return v if math.isfinite(v) else None
 
 
+def _count(x: Any) -> int | None:
+    return None if x is None else int(x)
+
+
 @dataclass(frozen=True)
 class RoundPoint:
     """One global round: the arrival of coalition ``coalition``'s edge model.
@@ -45,7 +49,9 @@ class RoundPoint:
     was dispatched with; ``queues``: every virtual queue Λ_m after the round; ``accuracy``:
     the global model's test accuracy when it was evaluated after this round (else None);
     ``late``: answered after its deadline (a stale update); ``dropped``: clients the edge
-    dropped from its rounds.
+    dropped from its rounds; ``evaluation_clients``/``evaluation_samples``: with federated
+    evaluation, the clients and held-out samples the accuracy covers (None otherwise; not in
+    the page's compact rows).
     """
 
     round: int
@@ -60,6 +66,8 @@ class RoundPoint:
     accuracy: float | None = None
     late: bool = False
     dropped: int = 0
+    evaluation_clients: int | None = None
+    evaluation_samples: int | None = None
 
     @classmethod
     def of(cls, row: Mapping[str, Any]) -> "RoundPoint":
@@ -70,7 +78,9 @@ class RoundPoint:
                    latency_s=float(row["latency_s"]), estimate_s=float(row["estimate_s"]),
                    queues=tuple(float(q) for q in row["queues"]),
                    accuracy=_num(row.get("accuracy")), late=bool(row.get("late", False)),
-                   dropped=len(row.get("dropped") or ()))
+                   dropped=len(row.get("dropped") or ()),
+                   evaluation_clients=_count(row.get("evaluation_clients")),
+                   evaluation_samples=_count(row.get("evaluation_samples")))
 
     def to_json(self) -> list[Any]:
         """Compact row: see :data:`ROUND_FIELDS`."""
@@ -195,7 +205,8 @@ class LiveState:
 
     ``source``: ``"cloud"`` or ``"simulation"``; ``clock``: ``"wall"`` or ``"simulated"``
     (what ``elapsed_s`` and the rounds' ``time_s`` count); ``mode``: one of :data:`MODES`
-    (what the page's title calls the run).
+    (what the page's title calls the run); ``evaluation``: ``central`` (a test set) or
+    ``federated`` (the clients' held-out parts, sample-weighted).
     """
 
     source: str = "cloud"
@@ -211,8 +222,12 @@ class LiveState:
     view: StrategyView = field(default_factory=StrategyView)
     progress: tuple[Progress, ...] = ()
     counts: Counts = field(default_factory=Counts)
+    evaluation: str = "central"
 
     def __post_init__(self) -> None:
+        if self.evaluation not in ("central", "federated"):
+            raise ValueError(f"evaluation must be central or federated, got "
+                             f"{self.evaluation!r}")
         if self.mode not in MODES:
             raise ValueError(f"live view mode must be one of {', '.join(MODES)}, "
                              f"got {self.mode!r}")
@@ -272,7 +287,8 @@ class LiveState:
         those); ``history_from`` says where ``history`` starts."""
         v, c = self.view, self.counts
         since = max(0, min(int(since), len(v.history)))
-        accs = [p.accuracy for p in v.history if p.accuracy is not None]
+        evaluated = [p for p in v.history if p.accuracy is not None]
+        last = evaluated[-1] if evaluated else None
         return {
             "source": self.source, "clock": self.clock, "mode": self.mode,
             "phase": self.phase,
@@ -283,7 +299,11 @@ class LiveState:
             "elapsed_s": round(self.elapsed_s, 3), "tau_e": v.tau_e,
             "max_concurrent": v.max_concurrent,
             "initial_accuracy": v.initial_accuracy,
-            "accuracy": accs[-1] if accs else None,
+            "accuracy": last.accuracy if last else None,
+            # federated: the clients and held-out samples the last accuracy covers
+            "evaluation": self.evaluation,
+            "evaluation_clients": last.evaluation_clients if last else None,
+            "evaluation_samples": last.evaluation_samples if last else None,
             "coalitions": self.coalition_rows(), "clients": self.client_rows(),
             "counts": {"accepted": c.accepted, "late": c.late, "dropped": c.dropped,
                        "expired": c.expired, "refused": dict(c.refused)},

@@ -27,7 +27,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
@@ -285,7 +285,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.close_connection = True
         live = self.live
-        sent_rounds = 0
+        sent: tuple[Any, ...] = ()  # the rounds the page holds (resent from the first changed)
         last_key: Any = None  # holds the last view: its identity is the change test
         last_write = 0.0
         while not live._stopping.is_set():
@@ -295,8 +295,8 @@ class _Handler(BaseHTTPRequestHandler):
             now = time.monotonic()
             if (last_key is None or key[0] is not last_key[0] or key[1:] != last_key[1:]
                     or state.progress):
-                event = state.to_json(sent_rounds)
-                sent_rounds = len(state.view.history)
+                event = state.to_json(first_change(sent, state.view.history))
+                sent = state.view.history
                 self.wfile.write(b"data: " + json.dumps(event).encode() + b"\n\n")
                 self.wfile.flush()
                 last_key, last_write = key, now
@@ -307,6 +307,16 @@ class _Handler(BaseHTTPRequestHandler):
             live._stopping.wait(live.interval_s)
 
 
+def first_change(old: Sequence[Any], new: Sequence[Any]) -> int:
+    """The index of the first round in ``new`` that differs from ``old`` (a page holding
+    ``old`` gets the rounds from there: a later evaluation may fill an earlier round's
+    accuracy), or the shorter one's length."""
+    for i, (a, b) in enumerate(zip(old, new)):
+        if a is not b and a != b:
+            return i
+    return min(len(old), len(new))
+
+
 def _int(text: str) -> int:
     try:
         return max(0, int(text))
@@ -314,5 +324,5 @@ def _int(text: str) -> int:
         return 0
 
 
-__all__ = ["DashboardError", "LiveServer", "check_bind", "is_loopback", "parse_address",
-           "static_file"]
+__all__ = ["DashboardError", "LiveServer", "check_bind", "first_change", "is_loopback",
+           "parse_address", "static_file"]

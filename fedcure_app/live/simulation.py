@@ -29,7 +29,9 @@ class SimulationFeed:
             source="simulation", clock="simulated", mode="simulation", phase="registering",
             global_rounds=cfg.run.global_rounds, clients_registered=0,
             expected_clients=cfg.federation.num_clients, edges_connected=0,
-            num_edges=cfg.federation.num_edges, view=StrategyView(tau_e=cfg.method.tau_e))
+            num_edges=cfg.federation.num_edges, view=StrategyView(tau_e=cfg.method.tau_e),
+            # own data: the test split is the union of the clients' held-out parts
+            evaluation="federated" if cfg.task is not None else "central")
 
     def __call__(self) -> LiveState:
         return self._state

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import grpc
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cloud_server.edge_streams import EdgeStreams
 from cloud_server.fedeval import combine
@@ -207,3 +209,45 @@ def test_a_stream_sends_its_training_task_before_a_queued_evaluation_and_only_th
         assert await nxt is None
 
     asyncio.run(run())
+
+
+def test_the_live_view_and_metrics_show_the_federated_accuracy_when_it_lands(cleanup):
+    from cloud_server.live import start_dashboard
+    from tests.deployment.test_live_view import get, metrics, one
+
+    server, (e0, e1) = federation(cleanup, None, rounds=6)
+    live = start_dashboard(server.service.controller, "127.0.0.1", 0, interval_s=0.05)
+    cleanup.append(live)
+    for e in (e0, e1):
+        e.next(evaluate=True)  # the initial model's: left unanswered
+    e0.fake.submit(e0.next(evaluate=False), value=1.0)
+    e1.fake.submit(e1.next(evaluate=False), value=1.0)
+    ev2 = e0.next(evaluate=True)
+    e0.fake.submit(e0.next(evaluate=False), value=1.0)  # round 3: the page holds 3 rounds
+    state = json.loads(get(live.url + "api/state")[1])
+    assert state["evaluation"] == "federated" and state["accuracy"] is None
+    assert len(state["history"]) == 3
+    assert e0.evaluated(ev2, part(0, 2)).accepted  # lands on round 2, not the newest
+    state = json.loads(get(live.url + "api/state")[1])
+    want = combine(part(0, 2).values(), CLASSES)
+    assert (state["accuracy"], state["evaluation_clients"], state["evaluation_samples"]) == (
+        want.accuracy, 2, 14)
+    acc = state["round_fields"].index("accuracy")
+    assert [r[acc] for r in state["history"]] == [None, want.accuracy, None]
+    m = metrics(live.url)
+    assert one(m, "fedcure_accuracy_ratio") == want.accuracy
+    assert one(m, "fedcure_evaluation_federated") == 1
+    assert (one(m, "fedcure_evaluation_clients"), one(m, "fedcure_evaluation_samples")) == (2, 14)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(0, 3), max_size=8), st.integers(0, 8), st.lists(st.integers(0, 3),
+                                                                          max_size=4))
+def test_a_page_gets_the_rounds_again_from_the_first_that_changed(old, k, tail):
+    from fedcure_app.live.server import first_change
+
+    k = min(k, len(old))
+    new = old[:k] + tail
+    i = first_change(old, new)
+    assert old[:i] == new[:i]  # the page keeps what did not change ...
+    assert i == min(len(old), len(new)) or old[i] != new[i]  # ... and gets the first change

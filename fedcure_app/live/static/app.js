@@ -141,7 +141,9 @@
     $("clients").textContent = s.clients_registered + " / " + s.expected_clients;
     $("edges").textContent = s.edges_connected + " / " + s.num_edges;
     $("elapsed").textContent = secs(s.elapsed_s);
-    $("accuracy").textContent = s.accuracy === null ? "-" : (100 * s.accuracy).toFixed(2) + " %";
+    $("accuracy").textContent = s.accuracy === null ? "-" : (100 * s.accuracy).toFixed(2) + " %" +
+      (s.evaluation === "federated" ? " (federated" + (s.evaluation_clients === null ? "" :
+        ": " + s.evaluation_clients + " clients, " + s.evaluation_samples + " held-out samples") + ")" : "");
     $("clock").textContent = s.clock === "simulated" ? "simulated" : "wall-clock";
     document.body.dataset.round = s.round;
     document.body.dataset.phase = s.phase;
@@ -185,7 +187,8 @@
     bars($("shares"), s.coalitions.map((c) => ({label: "c" + c.coalition, a: c.share, b: c.delta, color: color(c.coalition)})));
     const acc = rows.filter((r) => r.accuracy !== null).map((r) => [r.time_s, r.accuracy]);
     if (s.initial_accuracy !== null && acc.length) acc.unshift([0, s.initial_accuracy]);
-    chart($("acc"), [{color: "#4f46e5", points: acc, label: "test accuracy"}],
+    chart($("acc"), [{color: "#4f46e5", points: acc,
+                      label: s.evaluation === "federated" ? "federated accuracy" : "test accuracy"}],
           (s.clock === "simulated" ? "simulated " : "") + "seconds since round 0", 0,
           (y) => (100 * y).toFixed(0) + " %");
 
