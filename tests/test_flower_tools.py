@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import tomllib
 from pathlib import Path
@@ -71,3 +72,36 @@ def test_ray_node_metric_names_the_ray_node_only_inside_ray(monkeypatch):
     assert ray_node_metric() == {"ray-node": int(node[:12], 16)}
     monkeypatch.setitem(sys.modules, "ray", SimpleNamespace(is_initialized=lambda: False))
     assert ray_node_metric() == {}
+
+
+def test_flower_env_puts_this_pythons_scripts_first_on_path(monkeypatch):
+    import shutil
+
+    from fedcure_app.runtime.processes import flower_env, scripts_dirs
+
+    first = scripts_dirs()[0]
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    env = flower_env("/tmp/flwr-home")
+    assert env["PATH"].split(os.pathsep)[0] == first
+    assert env["PATH"].endswith("/usr/bin:/bin")
+    superexec = shutil.which("flower-superexec", path=env["PATH"])
+    assert superexec is not None and os.path.dirname(superexec) in scripts_dirs()
+    monkeypatch.setenv("PATH", f"/usr/bin:{first}:/bin")  # already there: moved first, once
+    assert flower_env("/tmp/h")["PATH"].split(os.pathsep).count(first) == 1
+
+
+def test_a_venvs_scripts_are_found_beside_its_unresolved_interpreter(monkeypatch, tmp_path):
+    import fedcure_app.runtime.processes as processes
+
+    venv_bin = tmp_path / "venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    (venv_bin / "python").symlink_to(sys.executable)  # a venv's python: a symlink elsewhere
+    tool = venv_bin / "flower-superexec"
+    tool.write_text("#!/bin/sh\n")
+    tool.chmod(0o755)
+    monkeypatch.setattr(processes.sys, "executable", str(venv_bin / "python"))
+    monkeypatch.setattr(processes.sysconfig, "get_path", lambda name: str(tmp_path / "none"))
+    assert processes.scripts_dirs() == [str(venv_bin)]
+    assert flower_bin("flower-superexec") == str(tool)
+    assert processes.path_with_scripts("/usr/bin").split(os.pathsep) == [str(venv_bin),
+                                                                         "/usr/bin"]

@@ -2,7 +2,9 @@
 
 - :func:`flower_bin`: the path of a Flower console script (``flwr``, ``flower-superlink``,
   ``flower-supernode``) installed next to this Python, so that a role started from a virtual
-  environment runs that environment's Flower even when it is not on ``PATH``;
+  environment runs that environment's Flower even when it is not on ``PATH`` (the executables
+  Flower starts by name are found through the ``PATH`` of
+  :func:`fedcure_app.runtime.processes.flower_env`, which puts that directory first);
 - :func:`write_app_dir`: a Flower App directory holding only a generated ``pyproject.toml``
   whose components are installed modules and whose ``[tool.flwr.app.config]`` is a full run
   config. ``flwr run DIR`` (the edge role) and the Simulation Runtime
@@ -18,6 +20,8 @@ from typing import Any
 
 import tomli_w
 
+from fedcure_app.runtime.processes import script_path
+
 #: The FedCure ServerApp that runs the whole hierarchy on Flower's Simulation Runtime.
 SIMULATION_SERVERAPP = "fedcure_app.flower.server_app:app"
 #: The FedCure ClientApp (local training), for simulation and deployment alike.
@@ -26,8 +30,7 @@ CLIENTAPP = "fedcure_app.flower.client_app:app"
 
 def flower_bin(name: str) -> str:
     """The console script ``name`` next to this Python, else ``name`` (found on PATH)."""
-    here = Path(sys.executable).parent / name
-    return str(here) if here.exists() else name
+    return script_path(name)
 
 
 def ray_node_metric() -> dict[str, int]:

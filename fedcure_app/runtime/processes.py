@@ -8,7 +8,10 @@ PIDs are still alive: first SIGTERM, then SIGKILL after a grace period. Nothing 
 by name.
 
 Also here: free loopback ports, port checks, and the offline-safe environment every Flower
-process of FedCure runs with.
+process of FedCure runs with, whose ``PATH`` starts with this Python's scripts directory
+(:func:`scripts_dirs`): a role started by full path from a virtual environment that is not on
+``PATH`` still runs that environment's Flower, including the executables Flower itself starts by
+name (``flower-superexec``, ``flwr-serverapp``, ``flwr-clientapp``).
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import os
 import signal
 import socket
 import subprocess
+import sys
+import sysconfig
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -38,11 +43,40 @@ FLOWER_OFFLINE_ENV: dict[str, str] = {
 }
 
 
+def scripts_dirs() -> list[str]:
+    """Where this Python's console scripts live: the install scheme's scripts directory and
+    the running interpreter's own directory (a virtual environment's ``bin``, not resolved
+    through its symlink), each once, existing ones only."""
+    out: list[str] = []
+    for d in (sysconfig.get_path("scripts"), os.path.dirname(sys.executable)):
+        if d and os.path.isdir(d) and d not in out:
+            out.append(d)
+    return out
+
+
+def script_path(name: str) -> str:
+    """The console script ``name`` in :func:`scripts_dirs`, else ``name`` (looked up on PATH)."""
+    for d in scripts_dirs():
+        here = os.path.join(d, name)
+        if os.path.isfile(here) and os.access(here, os.X_OK):
+            return here
+    return name
+
+
+def path_with_scripts(path: str | None) -> str:
+    """The ``PATH`` value ``path`` with :func:`scripts_dirs` put first (each once)."""
+    first = scripts_dirs()
+    rest = [d for d in (path or "").split(os.pathsep) if d and d not in first]
+    return os.pathsep.join(first + rest)
+
+
 def flower_env(flwr_home: str | Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """This process's environment plus :data:`FLOWER_OFFLINE_ENV` and a private ``FLWR_HOME``."""
+    """This process's environment plus :data:`FLOWER_OFFLINE_ENV`, a private ``FLWR_HOME`` and
+    a ``PATH`` that starts with this Python's scripts directory (:func:`path_with_scripts`)."""
     env = dict(os.environ)
     env.update(FLOWER_OFFLINE_ENV)
     env["FLWR_HOME"] = str(flwr_home)
+    env["PATH"] = path_with_scripts(env.get("PATH"))
     if extra:
         env.update(extra)
     return env
@@ -348,4 +382,5 @@ class Child:
 
 
 __all__ = ["Child", "FLOWER_OFFLINE_ENV", "alive", "check_bindable", "descendants",
-           "flower_env", "free_port", "free_ports", "port_open", "split_address", "stop_pids"]
+           "flower_env", "free_port", "free_ports", "path_with_scripts", "port_open",
+           "script_path", "scripts_dirs", "split_address", "stop_pids"]
