@@ -43,6 +43,7 @@ from fedcure_app.cli.launch_report import (
     WarningLines,
     add_warnings,
     coalition_table,
+    demonstrated_table,
     report_failure,
     summary_table,
 )
@@ -480,8 +481,9 @@ def _run(args: argparse.Namespace, site: Site, cfg: FedCureConfig,
         result = add_warnings(result_path, caught.lines, site.command)
         console.print(summary_table(result, site.command, site.summary_rows()))
         # not cut to 80 columns when written to a file or pipe
-        (console if console.is_terminal else Console(stderr=True, width=160)).print(
-            coalition_table(result))
+        wide = console if console.is_terminal else Console(stderr=True, width=160)
+        wide.print(coalition_table(result))
+        wide.print(demonstrated_table(result))
         if failed:
             console.print(f"[yellow]roles that exited with an error: {failed} "
                           f"(see {out / 'logs'})")

@@ -61,6 +61,21 @@ def coalition_table(result: dict[str, Any]) -> Any:
     return t
 
 
+def demonstrated_table(result: dict[str, Any]) -> Any:
+    """What the run showed, in plain words (:func:`~fedcure_app.cli.coalition_summary.
+    demonstrated`)."""
+    from rich.table import Table
+
+    from fedcure_app.cli.coalition_summary import demonstrated
+
+    t = Table(title="what this run demonstrates", show_header=False)
+    t.add_column(style="bold")
+    t.add_column()
+    for topic, text in demonstrated(result):
+        t.add_row(topic, text)
+    return t
+
+
 class WarningLines(logging.Handler):
     """Every warning this process logs while attached (its message, one line each)."""
 

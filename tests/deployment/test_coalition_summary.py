@@ -12,6 +12,7 @@ import pytest
 
 from fedcure_app.cli.coalition_summary import (
     coalition_rows,
+    demonstrated,
     devices_text,
     ghz_text,
     latency_spread,
@@ -63,6 +64,38 @@ def test_a_coalition_with_one_task_has_no_mean_and_no_spread():
     assert [r["mean_latency_s"] for r in rows] == [None, None]
     assert rows[0]["directed_ghz"] == {"rpi4": 1.5, "rpi5": 1.0}  # its only task then
     assert latency_spread(rows) is None
+
+
+def test_the_summary_says_what_the_run_demonstrated_in_plain_words():
+    result = {**RESULT, "initial_jsd": 0.693, "formed_jsd": 0.458,
+              "formation": {"initial_assignment": [0, 0, 1, 1, 1],
+                            "assignment": [0, 1, 1, 0, 1], "moves": 3},
+              "participation": {"share": [0.5, 0.5], "delta": [0.4, 0.6]},
+              "initial_accuracy": 0.1, "final_accuracy": 0.62, "rounds": 6}
+    said = dict(demonstrated(result))
+    assert list(said) == ["latency spread", "formation", "directives", "scheduling", "learning"]
+    assert said["latency spread"].startswith(
+        "coalition 0 (rpi4, rpi5) took 2.57× as long per task as coalition 1 (rpi5×3)")
+    assert "busy" not in said["latency spread"]
+    assert said["formation"].startswith("2 of 5 clients moved to another edge server")
+    assert "JSD 0.693 → 0.458 nats" in said["formation"]
+    # means over every task: rpi4 directed 1.5 and applied 1.5, 1.4, 1.4
+    assert "rpi4 1.50 → 1.43" in said["directives"], said["directives"]
+    assert said["scheduling"] == ("shares of the rounds 0.50, 0.50 against the targets δ 0.40, "
+                                  "0.60 (each coalition's share of the data)")
+    assert said["learning"] == "test accuracy 10.0 % → 62.0 % in 6 global rounds"
+    busy = {**result, "warnings": [{"kind": "testbed", "detail": "this host is busy: ..."}]}
+    assert "this host was busy" in dict(demonstrated(busy))["latency spread"]
+
+
+def test_a_run_without_formation_or_tasks_says_so():
+    said = dict(demonstrated({"coalitions": [[0], [1]], "records": [], "rounds": 0,
+                              "clients": [{"id": 0, "edge": 0, "device": "rpi4"},
+                                          {"id": 1, "edge": 1, "device": "rpi4"}]}))
+    assert said["latency spread"] == "too few tasks per coalition to compare their latencies"
+    assert said["formation"].startswith("none")
+    assert said["directives"] == "no task was sent"
+    assert said["learning"] == "test accuracy - → - in 0 global rounds"
 
 
 def test_the_warnings_a_run_logs_are_appended_to_result_json(tmp_path):
