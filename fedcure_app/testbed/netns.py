@@ -138,6 +138,18 @@ def set_link(plan: Plan, node: Node, up: bool) -> None:
     _run(["ip", "-n", plan.hub, "link", "set", node.peer, "up" if up else "down"])
 
 
+def shape(plan: Plan, node: Node, up_mbps: float | None, down_mbps: float | None) -> None:
+    """Shape ``node``'s link to ``up_mbps`` (what it sends) and ``down_mbps`` (what it
+    receives) with ``tbf``, replacing its shaping; None removes that direction's shaping.
+    ``shape(plan, node, node.up_mbps, node.down_mbps)`` puts back the plan's rates."""
+    for ns, dev, rate in ((node.netns, "eth0", up_mbps), (plan.hub, node.peer, down_mbps)):
+        if rate is None:
+            _run(["tc", "-n", ns, "qdisc", "del", "dev", dev, "root"], check=False)
+        else:
+            _run(["tc", "-n", ns, "qdisc", "replace", "dev", dev, "root", "tbf",
+                  *tbf_args(rate)])
+
+
 def cut(a: Node, b: Node, cut: bool = True) -> None:
     """Cut ``a`` from ``b`` (both ways), or heal the cut, leaving both their other links up.
 
@@ -211,4 +223,4 @@ def clean_leftovers(base: str) -> list[str]:
 
 __all__ = ["NetnsError", "TOOLS", "add_node", "clean_leftovers", "create", "cut",
            "destroy", "in_netns", "kernel_problem", "list_namespaces", "namespace_pids",
-           "netns_path", "qdisc", "set_link"]
+           "netns_path", "qdisc", "set_link", "shape"]
