@@ -75,7 +75,8 @@ def _watch_live_view(proc: subprocess.Popen, lines: list[str], seen: dict) -> No
 
 def test_a_short_testbed_runs_with_real_quotas_and_leaves_nothing(tmp_path):
     """Also: its live view answers on the address it prints, from this host, while it runs,
-    and shows each client's device."""
+    shows each client's device and names the mode (testbed); the summary says what the run
+    demonstrates."""
     require_netns()
     require_cgroup()
     out = tmp_path / "run"
@@ -99,6 +100,9 @@ def test_a_short_testbed_runs_with_real_quotas_and_leaves_nothing(tmp_path):
     assert "static/app.js" in seen.get("page", ""), seen
     assert "fedcure_global_version" in seen.get("metrics", "")
     assert [c["device"] for c in seen["state"]["clients"]] == [p["name"] for p in profiles]
+    # the page and /metrics call the run a testbed, not a deployment
+    assert seen["state"]["mode"] == "testbed"
+    assert 'mode="testbed"' in seen["metrics"]
     # every warning it printed is in result.json too
     details = [w["detail"] for w in result["warnings"]]
     for line in lines:
@@ -110,6 +114,7 @@ def test_a_short_testbed_runs_with_real_quotas_and_leaves_nothing(tmp_path):
     clients = [n for n in record["nodes"] if n["role"].startswith("client")]
     assert [(n["up_mbps"], n["down_mbps"]) for n in clients] == [
         (p["uplink_mbps"], p["downlink_mbps"]) for p in profiles]
+    assert "what this run demonstrates" in text and "latency spread" in text, text[-3000:]
     assert list(out.glob("*.png")), "the run's plots"
     applied = [json.loads(line) for f in out.glob("work/client*/*.applied.jsonl")
                for line in f.read_text().splitlines()]
