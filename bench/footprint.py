@@ -24,10 +24,11 @@ command line, :mod:`client.forked`).
   are exiting counts some pages twice. The whole run's largest sum, shutdown included, is
   printed below the table.
 
-    python3 bench/footprint.py [--datasets digits,mnist] [--data-dir DIR] [--rounds 12]
+    python3 bench/footprint.py [--datasets digits,mnist,own28] [--data-dir DIR] [--rounds 12]
         [--every 0.25] [--out DIR] [--json FILE]
 
-It prints one table per dataset (MB = 10^6 bytes) and the load average before and after; the
+``own28`` is two clients of the per-client-folder example on their own data (28×28 images,
+``--task``/``--clients-data``). It prints one table per dataset (MB = 10^6 bytes) and the load average before and after; the
 goal line says whether the client's peak total stays within ``--goal-mb`` (400). ``--json``
 also keeps every sample (``series``: seconds since the launch started, PSS bytes per kind).
 """
@@ -197,6 +198,24 @@ def sample(client_pid: int, once: bool = False) -> dict[str, int]:
     return out
 
 
+#: the ``--datasets`` name of the clients' own data: two clients of the per-client-folder
+#: example (``examples/digits_folders.py``, 28×28 greyscale PNGs), ``--task`` and
+#: ``--clients-data``
+OWN = "own28"
+
+
+def own_data_args(out: Path) -> list[str]:
+    """Write the two clients' folders and their task under ``out``; launch's options."""
+    clients, task = out / "own28-clients", out / "own28-task.toml"
+    if not clients.exists():
+        subprocess.run([sys.executable, str(ROOT / "examples" / "digits_folders.py"),
+                        str(clients), "--clients", "2", "--classes-per-client", "5"],
+                       check=True, capture_output=True)
+        subprocess.run([sys.executable, "-m", "fedcure_app.cli", "task", "init", str(clients),
+                        "--out", str(task), "--force"], check=True, capture_output=True)
+    return ["--task", str(task), "--clients-data", str(clients)]
+
+
 def pss_total(s: dict[str, int]) -> int:
     """The PSS sum of one sample (the processes' kinds, not :data:`ONCE`)."""
     return sum(v for k, v in s.items() if k != ONCE)
@@ -206,10 +225,14 @@ def measure(dataset: str, data_dir: str | None, rounds: int, every_s: float, out
             timeout_s: float) -> dict[str, Any]:
     """One launch; the samples of client 0 and the idle/peak figures."""
     run_dir = out / dataset
-    cmd = [sys.executable, "-m", "fedcure_app.cli", "launch", "--edges", "1", "--clients", "2",
-           "--rounds", str(rounds), "--dataset", dataset, "--out", str(run_dir),
+    cmd = [sys.executable, "-m", "fedcure_app.cli", "launch", "--edges", "1",
+           "--rounds", str(rounds), "--out", str(run_dir),
            "--no-dashboard", "--no-progress", "--timeout", str(timeout_s)]
-    if data_dir:
+    if dataset == OWN:
+        cmd += own_data_args(out)
+    else:
+        cmd += ["--clients", "2", "--dataset", dataset]
+    if data_dir and dataset != OWN:
         cmd += ["--data-dir", data_dir]
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     work = run_dir / "work" / "client0"

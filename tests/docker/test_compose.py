@@ -378,3 +378,60 @@ def test_compose_up_with_tls(docker: Docker, tmp_path: Path) -> None:
     assert "serving TLS with mutual authentication" in logs, logs[-4000:]
     docker.report(f"compose up with TLS ({CLIENTS} clients, {TLS_ROUNDS} rounds): "
                   f"{wall:.0f} s wall")
+
+
+OWN_ROUNDS = int(os.environ.get("FEDCURE_DOCKER_OWN_ROUNDS", "4"))
+
+
+def test_compose_up_on_the_clients_own_data(docker: Docker, tmp_path: Path) -> None:
+    """docker/own-data.yaml: eight client services, each mounting only its own folder of
+    the worked example read-only; the cloud runs the task and evaluates on the clients'
+    held-out parts."""
+    from fedcure_app.runtime.processes import free_port
+
+    clients, results, task = tmp_path / "clients", tmp_path / "results", tmp_path / "task.toml"
+    _run([sys.executable, str(REPO / "examples" / "digits_folders.py"), str(clients),
+          "--size", "8"], timeout=300)
+    _run([sys.executable, "-m", "fedcure_app.cli", "task", "init", str(clients), "--out",
+          str(task)], timeout=300)
+    for p in [clients, *clients.rglob("*")]:  # the image's non-root user reads them
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    task.chmod(0o644)
+    files = ["compose.yaml", "own-data.yaml"]
+    project = f"fedcuretestown{os.getpid()}"
+    env = docker.env(FEDCURE_ROUNDS=str(OWN_ROUNDS), FEDCURE_RESULTS=str(results),
+                     FEDCURE_TOKEN="compose-test-token", FEDCURE_CLIENTS_DATA=str(clients),
+                     FEDCURE_TASK=str(task), FEDCURE_DASHBOARD_PORT=str(free_port()))
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run(docker.cmd(project, files, "up", "--no-build", "--no-color"),
+                              cwd=REPO, env=env, text=True, capture_output=True,
+                              timeout=UP_TIMEOUT_S)
+        wall = time.monotonic() - t0
+        containers = _containers(project)
+        mounts = {c: json.loads(_run(["docker", "inspect", "-f", "{{json .Mounts}}", c]
+                                     ).stdout) for c in (x["name"] for x in containers)}
+        logs = _run(docker.cmd(project, files, "logs", "--no-color"), env=env, check=False,
+                    timeout=120)
+        text = logs.stdout + logs.stderr
+        assert proc.returncode == 0, f"{proc.stdout[-3000:]}{proc.stderr[-3000:]}\n{text[-6000:]}"
+    finally:
+        _run(docker.cmd(project, files, "down", "-v", "--remove-orphans", "--timeout", "20"),
+             env=env, check=False, timeout=300)
+    own = sorted(c for c in containers if c["service"].startswith("own-client-"))
+    assert len(own) == 8 and not any(c["service"] == "client" for c in containers)
+    bad = [c for c in containers if c["exit"] != 0]
+    assert not bad, f"{bad}\n{text[-6000:]}"
+    for c in own:
+        sources = [m["Source"] for m in mounts[c["name"]] if m["Type"] == "bind"]
+        entry = "client-" + c["service"].rsplit("-", 1)[1]
+        assert sources == [str(clients / entry)], (c["service"], sources)
+        assert all(not m["RW"] for m in mounts[c["name"]] if m["Type"] == "bind")
+    result = json.loads((results / "result.json").read_text())
+    assert result["evaluation"] == "federated" and result["rounds"] == OWN_ROUNDS
+    assert sorted(c["name"] for c in result["clients"]) == [f"client-{i:02d}" for i in range(8)]
+    assert result["formed_jsd"] < result["initial_jsd"]
+    acc, acc0 = result["final_accuracy"], result["initial_accuracy"]
+    assert acc is not None and acc0 is not None and acc > acc0, (acc0, acc)
+    docker.report(f"compose up on own data (8 clients, {OWN_ROUNDS} rounds): {wall:.0f} s "
+                  f"wall; federated accuracy {acc0:.3f} -> {acc:.3f}")
