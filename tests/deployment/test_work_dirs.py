@@ -78,7 +78,17 @@ def _stop(proc: subprocess.Popen, sig: int) -> int:
     try:
         return proc.wait(30)
     finally:
-        if proc.poll() is None:
+        _end(proc)
+
+
+def _end(proc: subprocess.Popen) -> None:
+    """Stop a role the test has not stopped (it failed, or was interrupted): SIGTERM first, so
+    that it stops its own children (SIGKILL would orphan them), SIGKILL after 20 s."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
 
@@ -88,7 +98,10 @@ def test_a_client_that_gives_up_removes_its_work_folder_and_secret(tmp_path: Pat
     tmp.mkdir()
     proc, _lines = _role(["client", "--cloud", f"127.0.0.1:{free_port()}", "--insecure",
                           "--connect-timeout", "1"], tmp)
-    assert proc.wait(60) == 1
+    try:
+        assert proc.wait(60) == 1
+    finally:
+        _end(proc)
     assert list(tmp.iterdir()) == []
 
 
@@ -107,8 +120,7 @@ def test_a_stopped_client_removes_its_work_folder_and_secret(tmp_path: Path, cle
         assert len(work) == 1 and (work[0] / "superexec.secret").is_file()
         assert _stop(proc, sig) == 0, "".join(seen)
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        _end(proc)
     assert list(tmp.iterdir()) == []
 
 
@@ -128,7 +140,6 @@ def test_a_stopped_edge_removes_its_work_folder_and_stops_its_superlink(tmp_path
         assert [p.name[:14] for p in tmp.iterdir()] == ["fedcure-edge0-"]
         assert _stop(proc, signal.SIGTERM) == 0, "".join(seen)
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        _end(proc)
     assert not alive(superlink)
     assert list(tmp.iterdir()) == []
