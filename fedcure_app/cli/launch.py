@@ -1,6 +1,6 @@
 """``fedcure launch``: the three deployment roles as separate OS processes on 127.0.0.1.
 
-    fedcure launch --edges 2 --clients 6 --rounds 10 --dataset digits --partition dirichlet \
+    fedcure launch --edges 2 --clients 6 --rounds 10 --dataset digits --partition dirichlet \\
         --tau-e 2 --tau-c 20 --lr 0.05 --out DIR
 
 The twin of the docker compose file for machines without Docker: one ``fedcure-cloud``, M
