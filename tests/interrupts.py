@@ -13,11 +13,17 @@ process:
 - after a test during which a SIGINT arrived, the session stops (:func:`stop_if_interrupted`,
   pytest's ``session.shouldstop``): the test's own clean-up (fixtures, ``finally``) runs, the
   rest is skipped.
+
+A test that started a process which starts others (``fedcure launch``/``testbed``, a role) ends
+it with :func:`end_process` when the test did not: SIGTERM, so that it stops its children and
+removes what it made (namespaces, cgroups), and SIGKILL only after a grace period. A SIGKILL at
+once would orphan them.
 """
 
 from __future__ import annotations
 
 import signal
+import subprocess
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -80,5 +86,17 @@ def stop_if_interrupted(session: Any) -> None:
         session.shouldstop = "interrupted by SIGINT (Ctrl-C)"
 
 
-__all__ = ["HANDLED", "handlers", "interrupted", "restore_handlers", "stop_if_interrupted",
+def end_process(proc: subprocess.Popen, grace_s: float = 60.0) -> None:
+    """Stop ``proc`` if it still runs: SIGTERM, up to ``grace_s`` to clean up, then SIGKILL."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+__all__ = ["HANDLED", "end_process", "handlers", "interrupted", "restore_handlers", "stop_if_interrupted",
            "track_sigint"]

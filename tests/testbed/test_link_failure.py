@@ -16,6 +16,7 @@ from pathlib import Path
 from fedcure_app.flower.node_data import read_applied
 from fedcure_app.testbed import netns
 from fedcure_app.testbed.plan import make_plan, run_prefix
+from tests.interrupts import end_process
 from tests.kernel import require_cgroup, require_netns
 
 ROUNDS, TAU_E, VICTIM, EDGE_TIMEOUT = 4, 3, 2, 15.0
@@ -68,9 +69,7 @@ def test_a_link_down_mid_round_drops_the_client_for_that_task_and_it_rejoins(tmp
         netns.set_link(plan, victim, up=True)
         text, _ = proc.communicate(timeout=600)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        end_process(proc)  # SIGTERM: it removes its namespaces and stops its roles
     assert proc.returncode == 0, text[-3000:]
     # the round went on without it within the edge timeout (plus the time its round took)
     assert dropped_after <= EDGE_TIMEOUT + 20, dropped_after

@@ -16,6 +16,7 @@ import pytest
 
 from fedcure_app.cli import main
 from fedcure_app.testbed import netns
+from tests.interrupts import end_process
 from tests.kernel import require_cgroup, require_netns
 
 _ARGS = ["--dataset", "digits", "--edges", "2", "--clients", "4", "--tau-e", "2",
@@ -87,9 +88,7 @@ def test_a_short_testbed_runs_with_real_quotas_and_leaves_nothing(tmp_path):
         _watch_live_view(proc, lines, seen)
         proc.wait(timeout=500)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        end_process(proc)  # SIGTERM: it removes its namespaces and stops its roles
     text = "".join(lines)
     assert proc.returncode == 0, text[-3000:]
     result = json.loads((out / "result.json").read_text())
@@ -139,8 +138,7 @@ def test_ctrl_c_stops_the_testbed_and_removes_everything(tmp_path):
         proc.send_signal(signal.SIGINT)
         text, _ = proc.communicate(timeout=120)
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        end_process(proc)  # SIGTERM: it removes its namespaces and stops its roles
     assert proc.returncode == 130, text[-3000:]
     assert _leftovers("tbint", out) == []
 
