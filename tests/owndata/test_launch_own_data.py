@@ -145,3 +145,33 @@ def test_the_coalitions_are_those_simulate_forms_over_the_same_good_entries(laun
     fed = build_federation(build_config(data))
     result = json.loads((out / "result.json").read_text())
     assert result["coalitions"] == fed.coalitions
+
+
+def test_the_global_model_is_evaluated_on_the_clients_held_out_parts(launched):
+    """No central test set: every evaluation is federated (the clients' held-out parts, through
+    their edges), and the final accuracy equals a central evaluation of the final model on the
+    union of those parts."""
+    _, clients, out, _, done = launched
+    assert done.returncode == 0, diagnostics(out, done)
+    from fedcure_app.config import build_config
+    from fedcure_app.data.own import pixel_norm, read_client_data
+    from fedcure_app.models import build_model, set_weights
+    from fedcure_app.protocol.codec import decode_arrays
+    from fedcure_app.training import PixelNorm, evaluate
+
+    result = json.loads((out / "result.json").read_text())
+    assert result["evaluation"] == "federated" and result["initial_accuracy"] is not None
+    cfg = build_config(json.loads((out / "config.json").read_text()))
+    parts = [read_client_data(clients / f"client-{i}", cfg.task, holdout=cfg.data.holdout,
+                              seed=cfg.run.seed) for i in GOOD]
+    last = result["records"][-1]
+    assert last["evaluation_clients"] == len(GOOD)
+    assert last["evaluation_samples"] == sum(len(p.y_test) for p in parts)
+    model = build_model(cfg.task)
+    set_weights(model, decode_arrays((out / "final_model.safetensors").read_bytes()))
+    central = evaluate(model, np.concatenate([p.x_test for p in parts]),
+                       np.concatenate([p.y_test for p in parts]),
+                       norm=PixelNorm(*(np.asarray(v, np.float32)
+                                        for v in pixel_norm(cfg.task))))
+    assert result["final_accuracy"] == central.accuracy
+    assert last["loss"] == pytest.approx(central.loss, rel=1e-5)
