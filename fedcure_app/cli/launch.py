@@ -1,7 +1,6 @@
 """``fedcure launch``: the three deployment roles as separate OS processes on 127.0.0.1.
 
-    fedcure launch --edges 2 --clients 6 --rounds 10 --dataset digits --partition dirichlet \\
-        --tau-e 2 --tau-c 20 --lr 0.05 --out DIR
+    fedcure launch --edges 2 --clients 6 --rounds 10 --dataset digits --out DIR [options]
 
 The twin of the docker compose file for machines without Docker: one ``fedcure-cloud``, M
 ``fedcure-edge`` (each with its own Flower SuperLink) and N ``fedcure-client`` (each with its own
@@ -241,10 +240,8 @@ class Site:
     (``fedcure launch``). ``fedcure testbed`` (:mod:`fedcure_app.cli.testbed`) puts each role in
     a network namespace of its own instead, overriding these hooks."""
 
-    #: the command's name, in messages and the summary's title
-    command = "launch"
-    #: what the cloud's live page calls the run (``fedcure-cloud --dashboard-mode``)
-    mode = "deployment"
+    #: the command's name (messages, the summary's title); the live page's mode for the run
+    command, mode = "launch", "deployment"
 
     def setup(self, cfg: FedCureConfig, out: Path) -> FedCureConfig:
         """Prepare the site before any role starts; returns the configuration the roles use."""
@@ -483,8 +480,7 @@ def _run(args: argparse.Namespace, site: Site, cfg: FedCureConfig,
         console.print(summary_table(result, site.command, site.summary_rows()))
         # not cut to 80 columns when written to a file or pipe
         wide = console if console.is_terminal else Console(stderr=True, width=160)
-        wide.print(coalition_table(result))
-        wide.print(demonstrated_table(result))
+        wide.print(coalition_table(result), demonstrated_table(result), sep="\n")
         if failed:
             console.print(f"[yellow]roles that exited with an error: {failed} "
                           f"(see {out / 'logs'})")
