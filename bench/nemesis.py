@@ -216,8 +216,7 @@ class Nemesis:
         from fedcure_app.runtime.processes import Child
 
         old = self.child(name)
-        if old._log is not None:  # noqa: SLF001 - the dead process's log handle
-            old._log.close()  # noqa: SLF001
+        old.stop(grace_s=1.0)  # dead already: closes its log, reaps what it left
         argv = self.argv[name] + (["--resume"] if name == "cloud" else []) + (extra or [])
         self._set_child(name, Child(name, argv, log_path=old.log_path, env=self.env))
         self.down.discard(name)
