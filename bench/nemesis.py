@@ -215,8 +215,7 @@ class Nemesis:
         """Start a killed role again with its command line (the cloud with ``--resume``)."""
         from fedcure_app.runtime.processes import Child
 
-        old = self.child(name)
-        old.stop(grace_s=1.0)  # dead already: closes its log, reaps what it left
+        old = self.child(name)  # dead and reaped (its log handle stays open until the end)
         argv = self.argv[name] + (["--resume"] if name == "cloud" else []) + (extra or [])
         self._set_child(name, Child(name, argv, log_path=old.log_path, env=self.env))
         self.down.discard(name)
