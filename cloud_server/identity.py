@@ -4,9 +4,9 @@ Two credentials bind a caller to one edge id m:
 
 - a **per-edge token** (``fedcure certs --edges M`` writes ``edge-tokens.json`` for the cloud,
   ``--edge-tokens FILE``, and ``edge-<m>.token`` for edge m, ``--token``). With per-edge tokens
-  the EdgeLink RPCs (Connect, Submit, Members) take edge m's token only for edge m: another
-  edge's token gets PERMISSION_DENIED, an unknown one UNAUTHENTICATED; the shared token is then
-  for clients (Association) only;
+  the EdgeLink RPCs (Connect, Submit, Members, Progress, Evaluated) take edge m's token only
+  for edge m: another edge's token gets PERMISSION_DENIED, an unknown one UNAUTHENTICATED; the
+  shared token is then for clients (Association) only;
 - a **client certificate** under mutual TLS whose common name is ``fedcure-edge-<m>`` (issued by
   ``fedcure certs --edges M``): such a peer may only act as edge m (PERMISSION_DENIED otherwise).
   With ``require_certs`` every EdgeLink caller must present one.

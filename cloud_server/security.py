@@ -7,7 +7,8 @@ credentials or ``None`` (plaintext, only with ``--insecure``, with a warning).
 
 The shared token (``--token`` / ``$FEDCURE_TOKEN``) is checked by the service, in constant time
 (:func:`token_ok`), on every RPC except ``Monitor.Status``: Register and Claim (clients), and
-Connect, Submit and Members (edges) unless per-edge credentials replace it for the edges
+Connect, Submit, Members, Progress and Evaluated (edges) unless per-edge credentials replace it
+for the edges
 (``cloud_server.identity``: per-edge tokens, or edge client certificates under mutual TLS).
 
 ``Monitor.Status`` answers without a token so that healthchecks (``fedcure-healthcheck``) need no

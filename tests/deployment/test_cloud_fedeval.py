@@ -41,8 +41,8 @@ HELD = {0: sums((3, 0, 0, 0), (4, 1, 0, 0), 0.5), 1: sums((0, 2, 0, 0), (0, 2, 0
 class Edge:
     """A fake edge that sorts its stream into training and evaluation tasks."""
 
-    def __init__(self, address: str, m: int) -> None:
-        self.fake = FakeEdge(address, m)
+    def __init__(self, address: str, m: int, token: str = "") -> None:
+        self.fake = FakeEdge(address, m, token=token)
         self.stub = pb_grpc.EdgeLinkStub(self.fake.channel)
 
     def next(self, evaluate: bool, timeout: float = 10.0) -> pb.Task:
@@ -58,7 +58,8 @@ class Edge:
     def evaluated(self, task: pb.Task, clients: dict[int, EvalSums], missing=(), **over
                   ) -> pb.EvaluatedReply:
         req = pb.EvaluatedRequest(
-            task_id=task.task_id, edge_id=self.fake.edge_id, version=task.version,
+            task_id=task.task_id, edge_id=over.pop("edge_id", self.fake.edge_id),
+            version=task.version,
             clients=[evaluation_to_proto(c, s) for c, s in clients.items()],
             missing_client_ids=list(missing))
         for k, v in over.items():
@@ -251,3 +252,27 @@ def test_a_page_gets_the_rounds_again_from_the_first_that_changed(old, k, tail):
     i = first_change(old, new)
     assert old[:i] == new[:i]  # the page keeps what did not change ...
     assert i == min(len(old), len(new)) or old[i] != new[i]  # ... and gets the first change
+
+
+def test_with_per_edge_tokens_an_edge_answers_evaluations_only_as_itself(cleanup):
+    from cloud_server.identity import EdgeCredentials
+
+    tokens = {0: "edge0-0123456789abcdef", 1: "edge1-0123456789abcdef"}
+    service = CloudService(make_cfg(2, 2, **{"num-classes": CLASSES}), expected_clients=2,
+                           register_timeout_s=20, initial_arrays=SMALL_MODEL,
+                           write_plots=False, federated_evaluation=True,
+                           edge_credentials=EdgeCredentials(tokens))
+    server = CloudServer(service, "127.0.0.1:0")
+    server.start()
+    cleanup.append(server)
+    edges = [Edge(server.address, m, token=tokens[m]) for m in range(2)]
+    cleanup.extend(e.fake for e in edges)
+    register_all(server.address, [register_request(f"client-{i}", one_hot(i), home=i)
+                                  for i in range(2)])
+    t0 = edges[0].next(evaluate=True)
+    with pytest.raises(grpc.RpcError) as err:  # edge 1's token acting as edge 0
+        edges[1].evaluated(t0, {0: HELD[0]}, edge_id=0, token=tokens[1])
+    assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert service.controller.initial_accuracy is None
+    assert edges[0].evaluated(t0, {0: HELD[0]}, token=tokens[0]).accepted
+    assert service.controller.initial_accuracy == 3 / 5
