@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import grpc
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -289,3 +290,51 @@ def test_a_run_evaluated_on_the_clients_held_out_parts_matches_a_central_evaluat
         assert acc == central.accuracy
         assert loss == pytest.approx(central.loss, rel=1e-6)
     assert parse_task(_task()).num_classes == len(result["records"][-1]["class_accuracy"])
+
+
+class _Failure(grpc.RpcError):
+    def __init__(self, code):
+        self._code = code
+
+    def code(self):
+        return self._code
+
+    def details(self):
+        return f"{self._code.name} for the test"
+
+
+def test_the_edge_asks_a_silent_cloud_again_within_its_budget_and_drops_a_refused_answer():
+    from edge_server.evaluation import send_evaluated
+    from fedcure_app.protocol import cloud_pb2 as pb
+
+    req = pb.EvaluatedRequest(task_id="eval-r0-c0-v0", edge_id=0)
+    now = [0.0]
+    calls = []
+
+    def flaky(request, timeout):
+        calls.append(request)
+        if len(calls) < 3:
+            raise _Failure(grpc.StatusCode.UNAVAILABLE)
+        return pb.EvaluatedReply(accepted=True)
+
+    def tick(s):
+        now[0] += s
+
+    assert send_evaluated(flaky, req, sleep=tick, clock=lambda: now[0]).accepted
+    assert len(calls) == 3
+
+    def refused(request, timeout):
+        calls.append(request)
+        raise _Failure(grpc.StatusCode.INVALID_ARGUMENT)
+
+    calls.clear()
+    assert send_evaluated(refused, req, sleep=tick, clock=lambda: now[0]) is None
+    assert len(calls) == 1  # a refusal is final
+
+    def silent(request, timeout):
+        calls.append(request)
+        raise _Failure(grpc.StatusCode.UNAVAILABLE)
+
+    calls.clear()
+    assert send_evaluated(silent, req, budget_s=5.0, sleep=tick, clock=lambda: now[0]) is None
+    assert 5 <= len(calls) <= 8  # about one ask a second, then the evaluation is given up
