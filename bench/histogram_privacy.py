@@ -3,13 +3,15 @@
 Each client may report its label histogram with Laplace noise of scale 1/ε
 (``data.histogram-epsilon``; ``fedcure-client --histogram-epsilon``). Formation then moves
 clients by the noisy histograms; this bench simulates the per-client-folder example
-(``examples/digits_folders.py``: eight clients holding three digits each, 28×28) at each ε and
-reports, per ε, the average pairwise JSD of the formed coalitions measured on the *true*
+(``examples/digits_folders.py``; by default 16 clients holding two digits each, 8×8 pixels,
+4 edge servers, so that the initial coalitions differ and formation has work to do) at each ε
+and reports, per ε, the average pairwise JSD of the formed coalitions measured on the *true*
 histograms (what formation was after), the initial JSD, and the federated final accuracy, each
 as the mean (and range) over seeds.
 
     python3 bench/histogram_privacy.py [--eps inf 10 1 0.1] [--seeds 0 1 2] [--rounds 20]
-        [--clients-data DIR] [--json FILE]
+        [--clients 16] [--classes-per-client 2] [--size 8] [--edges 4] [--clients-data DIR]
+        [--json FILE]
 
 Without --clients-data the example is written to a temporary folder first. One process, one
 torch thread: it prints the load average before and after.
@@ -31,13 +33,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run_one(task, clients: Path, eps: float, seed: int, rounds: int) -> dict:
+def run_one(task, clients: Path, eps: float, seed: int, rounds: int, edges: int) -> dict:
     """One in-process simulation at ``eps`` (inf: exact histograms) and ``seed``."""
     from fedcure_app.config import FedCureConfig, apply_flat
     from fedcure_app.data.own_federation import with_task
     from fedcure_app.simulation.engine import simulate
 
-    cfg = apply_flat(FedCureConfig(), {"clients-data": str(clients), "num-edges": 2,
+    cfg = apply_flat(FedCureConfig(), {"clients-data": str(clients), "num-edges": edges,
                                        "global-rounds": rounds, "seed": seed,
                                        "histogram-epsilon": 0.0 if math.isinf(eps) else eps})
     cfg = with_task(cfg, task)
@@ -67,6 +69,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eps", type=float, nargs="+", default=[math.inf, 10.0, 1.0, 0.1])
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--rounds", type=int, default=20)
+    p.add_argument("--clients", type=int, default=16)
+    p.add_argument("--classes-per-client", type=int, default=2)
+    p.add_argument("--size", type=int, default=8)
+    p.add_argument("--edges", type=int, default=4)
     p.add_argument("--clients-data", type=Path)
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
@@ -79,12 +85,14 @@ def main(argv: list[str] | None = None) -> int:
         if clients is None:
             clients = Path(tmp) / "clients"
             subprocess.run([sys.executable, str(REPO / "examples" / "digits_folders.py"),
-                            str(clients)], check=True, capture_output=True)
+                            str(clients), "--clients", str(args.clients),
+                            "--classes-per-client", str(args.classes_per_client),
+                            "--size", str(args.size)], check=True, capture_output=True)
         task, _ = infer_task(clients)
         rows = []
         for eps in args.eps:
             for seed in args.seeds:
-                row = run_one(task, clients, eps, seed, args.rounds)
+                row = run_one(task, clients, eps, seed, args.rounds, args.edges)
                 rows.append(row)
                 print(f"ε={eps:g} seed {seed}: JSD {row['initial_jsd']:.4f} -> "
                       f"{row['formed_jsd']:.4f}, accuracy {row['initial_accuracy']:.3f} -> "

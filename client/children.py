@@ -68,6 +68,8 @@ def supernode_argv(edge_address: str, port: int, client_id: int, cpufreq: str,
     from fedcure_app.flower.tools import flower_bin
 
     node_config = f'client-id={client_id} cpufreq="{cpufreq}" data-file="{data_file}"'
+    if getattr(args, "data", None):  # own data: Flower's data-path (data-file is its reading)
+        node_config += f" data-path={json.dumps(str(Path(args.data).resolve()))}"
     if getattr(args, "cpufreq_root", None):
         node_config += f' cpufreq-root="{Path(args.cpufreq_root).resolve()}"'
     if cpufreq == "cgroup":

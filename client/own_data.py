@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import subprocess
 import sys
 import tempfile
@@ -30,12 +29,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from fedcure_app.flower.own_node import DataRefused, own_node_data
+
 #: exit code of the child when the data or the model is refused (one line on stderr)
 EXIT_REFUSED = 3
-
-
-class DataRefused(ValueError):
-    """The client's data or model cannot be used under the task (one line)."""
 
 
 def read_own_data(cfg: Any, index: int, name: str, out: Path, *, data: str,
@@ -85,46 +82,11 @@ def read_own_data(cfg: Any, index: int, name: str, out: Path, *, data: str,
 
 def build_own_node_data(cfg: Any, args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     """The node data of ``args.data`` under ``cfg.task`` and the facts the role registers
-    with (what :func:`main` prints)."""
-    import numpy as np
-
-    from fedcure_app.core.privacy import private_histogram
-    from fedcure_app.data.own import normalise_x, pixel_norm, read_client_data
-    from fedcure_app.data.own_federation import initial_edges
-    from fedcure_app.federation import profiles_for
-    from fedcure_app.flower.node_data import NodeData
-    from fedcure_app.models import build_model, cycles_key, model_signature
-
-    task = cfg.task
-    label_column = args.label_column or cfg.data.label_column
-    holdout = cfg.data.holdout if args.holdout is None else args.holdout
-    part = read_client_data(args.data, task, label_column=label_column, holdout=holdout,
-                            seed=cfg.run.seed)
-    if len(part.y_train) == 0:
-        raise DataRefused(f"{args.data}: no training samples left after the hold-out")
-    signature = [[k, list(shape)] for k, shape in model_signature(build_model(task))]
-    if task.kind == "image":  # uint8 pixels, normalised per batch by the trainer
-        x, x_test = part.x_train, part.x_test
-        norm: Any = tuple(tuple(float(v) for v in a) for a in pixel_norm(task))
-    else:
-        x, x_test, norm = normalise_x(part.x_train, task), normalise_x(part.x_test, task), None
-    n, m = cfg.federation.num_clients, cfg.federation.num_edges
-    counts = np.bincount(part.y_train, minlength=task.num_classes).astype(np.int64)
-    epsilon = float(args.histogram_epsilon)
-    reported = private_histogram(counts, epsilon if epsilon > 0 else math.inf,
-                                 args.histogram_min_count)
-    data = NodeData(x=x, y=part.y_train, dataset=cycles_key(task), num_classes=task.num_classes,
-                    client_name=args.name, partition_id=args.index,
-                    profile=profiles_for(cfg)[args.index], pixel_norm=norm,
-                    x_test=x_test if len(part.y_test) else None,
-                    y_test=part.y_test if len(part.y_test) else None,
-                    task=task.model_dump(mode="json", by_alias=True))
-    facts = {"samples": int(len(part.y_train)), "label_counts": reported.tolist(),
-             "home": int(initial_edges(n, m)[args.index]),
-             "profile": data.profile.model_dump(mode="json"), "model_signature": signature,
-             "histogram_epsilon": epsilon if epsilon > 0 else 0.0,
-             "held_out": int(len(part.y_test)), "source": part.source}
-    return data, facts
+    with (:func:`fedcure_app.flower.own_node.own_node_data`)."""
+    return own_node_data(cfg, args.data, index=args.index, name=args.name,
+                         label_column=args.label_column, holdout=args.holdout,
+                         epsilon=float(args.histogram_epsilon),
+                         min_count=args.histogram_min_count)
 
 
 def main(argv: list[str] | None = None) -> int:

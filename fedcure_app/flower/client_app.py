@@ -266,21 +266,34 @@ def preload(path: str, warm_steps: int = 2, batch_size: int = 32,
 
 
 def deployed_state(context: Context) -> _DeployedState | None:
-    """The node's own client when its node config names a ``data-file``, else None."""
+    """The node's own client when its node config names a ``data-file``, or a ``data-path``
+    (Flower's convention: the node's own data, read under the run config's task into a node
+    data file once, :func:`fedcure_app.flower.own_node.node_file_for_path`), else None."""
     global _last_load_s
-    path = context.node_config.get("data-file")
+    conf = context.node_config
+    path = conf.get("data-file")
+    if not path and conf.get("data-path"):
+        from fedcure_app.flower.app_config import config_from_run_config
+        from fedcure_app.flower.own_node import node_file_for_path
+
+        ident = conf.get("client-id", conf.get("partition-id"))
+        if ident is None:
+            raise ValueError("node config has data-path but no client-id or partition-id")
+        path = str(node_file_for_path(config_from_run_config(context.run_config),
+                                      str(conf["data-path"]), int(ident)))
+        conf = {**conf, "client-id": int(ident)}
     if not path:
         return None
-    if "client-id" not in context.node_config:
+    if "client-id" not in conf:
         raise ValueError("node config has data-file but no client-id")
-    client = int(context.node_config["client-id"])
+    client = int(conf["client-id"])
     key = (str(path), client)
     with _lock:
         state = _deployed.get(key)
         _last_load_s = 0.0
         if state is None:
             parts = _preloaded.pop(str(path), None)
-            device = str(context.node_config.get("device", "cpu"))
+            device = str(conf.get("device", "cpu"))
             t0 = time.perf_counter()
             if parts is None or parts[1].device.type != device:  # this message pays the load
                 parts = _load_parts(str(path), device) if parts is None else _on(parts, device)
