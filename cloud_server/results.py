@@ -72,7 +72,8 @@ class ResultsWriter:
             "config": cfg.model_dump(mode="json", by_alias=True),
             "mode": "deployment",
             "complete": len(records) >= cfg.run.global_rounds,
-            "dataset": cfg.data.dataset,
+            # a task's run names no built-in dataset ("task", as the simulation's result does)
+            "dataset": cfg.data.dataset if cfg.task is None else "task",
             # federated: the accuracies are the clients' sample-weighted ones on their held-out
             # parts; each evaluated record also says how many clients and samples answered
             "evaluation": self.evaluation,

@@ -93,10 +93,13 @@ def drop_overlapping(fig: Any, texts: list[Any]) -> list[Any]:
 
 
 def plot_accuracy(records: list[dict[str, Any]], path: Path, title: str = "", *,
-                  initial: float | None = None, clock: str = "simulated") -> Path:
+                  initial: float | None = None, clock: str = "simulated",
+                  evaluation: str = "central") -> Path:
     """Test accuracy (%, axis 0–100) against time (s) on ``clock`` (``simulated`` or
     ``wall-clock``), from the initial evaluation (``initial``, a fraction, at time 0) and the
-    evaluated rounds; with few points each is labelled with its value."""
+    evaluated rounds; with few points each is labelled with its value. ``evaluation``:
+    ``federated`` names the accuracy the clients' (on their held-out parts)."""
+    what = "federated accuracy" if evaluation == "federated" else "test accuracy"
     pts = [(r["time_s"], 100 * r["accuracy"], r.get("round"))
            for r in records if r.get("accuracy") is not None]
     if initial is not None:
@@ -117,11 +120,11 @@ def plot_accuracy(records: list[dict[str, Any]], path: Path, title: str = "", *,
                      for x, y, r in zip(t, a, rounds)]
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     ax.set_xlabel(CLOCK_LABELS.get(clock, clock))
-    ax.set_ylabel("test accuracy (%)")
+    ax.set_ylabel(f"{what} (%)")
     ax.set_xlim(left=0)
     ax.set_ylim(0, 100)
-    _titled(ax, f"Test accuracy vs {'wall-clock' if clock == 'wall-clock' else 'simulated'}"
-                " time", title)
+    _titled(ax, f"{what.capitalize()} vs "
+                f"{'wall-clock' if clock == 'wall-clock' else 'simulated'} time", title)
     ax.grid(alpha=0.3)
     drop_overlapping(fig, notes)  # once the axes' limits are final
     return _save(fig, path)
@@ -204,7 +207,8 @@ def write_run_plots(result: dict[str, Any], out_dir: Path, title: str | None = N
     title = run_title(result) if title is None else title
     paths = [
         plot_accuracy(recs, out_dir / RUN_PLOTS[0], title,
-                      initial=result.get("initial_accuracy"), clock=clock_of(result)),
+                      initial=result.get("initial_accuracy"), clock=clock_of(result),
+                      evaluation=result.get("evaluation") or "central"),
         plot_queues(recs, out_dir / RUN_PLOTS[1], title,
                     delta=(result.get("participation") or {}).get("delta")),
         plot_participation(result["participation"], out_dir / RUN_PLOTS[2], title),
