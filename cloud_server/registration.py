@@ -101,7 +101,7 @@ class RegistrationWindow:
             raise Refusal(
                 Reason.DEADLINE_EXCEEDED,
                 f"coalition formation has not run yet: {len(c.clients)} of "
-                f"{c.expected_clients} expected clients registered; call Register again",
+                f"{c.roster.awaited} expected clients registered; call Register again",
             ) from None
         self._check_open()
         if c.phase == Phase.REGISTERING:  # this formation attempt failed
@@ -140,7 +140,7 @@ class RegistrationWindow:
             n = len(c.clients)
             if n >= c.num_edges:
                 log.warning("registration window over: forming coalitions with %d of %d "
-                            "expected clients", n, c.expected_clients)
+                            "expected clients", n, c.roster.awaited)
             else:
                 log.warning("registration window over with %d clients; formation waits for "
                             "at least %d (one per edge)", n, c.num_edges)

@@ -204,7 +204,7 @@ class Registry:
     def register(self, entry: ClientEntry, *, open_: bool) -> ClientEntry:
         """Record a registration (a known name while ``open_``: the latest data counts);
         returns the stored client. A new name is refused unless ``open_``."""
-        clients, expected = self.roster.clients, self.roster.expected_clients
+        clients, expected = self.roster.clients, self.roster.awaited
         known = clients.get(entry.name)
         if known is None:
             if not open_:
