@@ -17,7 +17,8 @@ def summary_table(result: dict[str, Any], command: str = "launch",
     t = Table(title=f"FedCure deployment (fedcure {command})", show_header=False)
     acc, best = result.get("final_accuracy"), result.get("best_accuracy")
     t.add_row("rounds", str(result.get("rounds")))
-    t.add_row("final accuracy", "-" if acc is None else f"{100 * acc:.2f} %")
+    where = " (federated)" if result.get("evaluation") == "federated" else ""
+    t.add_row("final accuracy", "-" if acc is None else f"{100 * acc:.2f} %{where}")
     t.add_row("best accuracy", "-" if best is None else f"{100 * best:.2f} %")
     t.add_row("coalitions", str(result.get("coalitions")))
     if result.get("initial_jsd") is not None:

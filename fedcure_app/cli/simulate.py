@@ -189,7 +189,8 @@ def _summary_table(result: dict[str, Any]):
     best = result["best_accuracy"]
     t.add_row("dataset", result["dataset"])
     t.add_row("rounds", str(result["rounds"]))
-    t.add_row("final accuracy", f"{100 * acc:.2f} %" if acc is not None else "-")
+    where = " (federated)" if result.get("evaluation") == "federated" else ""
+    t.add_row("final accuracy", f"{100 * acc:.2f} %{where}" if acc is not None else "-")
     t.add_row("best accuracy", f"{100 * best:.2f} %" if best is not None else "-")
     t.add_row("JSD initial → formed", f"{result['initial_jsd']:.4f} → {result['formed_jsd']:.4f}")
     t.add_row("simulated time", f"{result['simulated_seconds']:.1f} s")
