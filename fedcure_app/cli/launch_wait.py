@@ -66,6 +66,12 @@ def report_refused(child: Any, reported: set[str]) -> None:
     log.warning("%s refused: %s", child.name, last.removeprefix("fedcure-client: error: "))
 
 
+def last_error(child: Any) -> str:
+    """The ``PROG: error: WHY`` line a role printed last (its WHY), or ``""``."""
+    lines = [ln.strip() for ln in (child.tail(20) or "").splitlines() if ": error: " in ln]
+    return lines[-1].split(": error: ", 1)[1] if lines else ""
+
+
 def supervise(roles: Any, status: StatusPoller, rounds: int, args: argparse.Namespace,
               stop: threading.Event, result_path: Path | None = None,
               exit_grace_s: float = 30.0) -> tuple[int, str]:
@@ -89,10 +95,14 @@ def supervise(roles: Any, status: StatusPoller, rounds: int, args: argparse.Name
         while not stop.is_set():
             code = roles.cloud.poll()
             if code is not None:
-                return (0, "done") if code == 0 else (code, f"the cloud exited with code {code}")
+                why = "" if code == 0 else last_error(roles.cloud)
+                return (0, "done") if code == 0 else (
+                    code, f"the cloud exited with code {code}" + (f": {why}" if why else ""))
             for child in roles.edges:
                 if child.poll() not in (None, 0):
-                    return 1, f"{child.name} exited with code {child.proc.returncode}"
+                    why = last_error(child)
+                    return 1, (f"{child.name} exited with code {child.proc.returncode}"
+                               + (f": {why}" if why else ""))
             for child in roles.clients:
                 report_refused(child, reported)
             s = status()
