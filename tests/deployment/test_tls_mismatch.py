@@ -136,3 +136,17 @@ def test_edge_with_tls_against_a_plaintext_cloud_exits_2_at_once(plain, certs, t
     assert proc.returncode == 2, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("fedcure-edge: error: the cloud at") and "this edge" in last
+
+
+def test_launch_names_the_reason_a_role_printed_last():
+    from types import SimpleNamespace
+
+    from fedcure_app.cli.launch_wait import last_error
+
+    why = ("the cloud at 127.0.0.1:1 speaks plaintext (it runs with --insecure) but this edge "
+           "connects with TLS: add --insecure to this edge too, or start the cloud with "
+           "--tls-cert/--tls-key")
+    child = SimpleNamespace(tail=lambda n: f"12:00:00 INFO fedcure.edge: starting\n"
+                                           f"fedcure-edge: error: {why}\n")
+    assert last_error(child) == why
+    assert last_error(SimpleNamespace(tail=lambda n: "")) == ""
