@@ -19,6 +19,7 @@ from typing import Any
 import grpc
 
 from fedcure_app.protocol import cloud_pb2 as pb
+from fedcure_app.protocol.text import printable
 
 log = logging.getLogger("fedcure.edge")
 
@@ -119,7 +120,7 @@ class ProgressReporter:
                     log.info("edge %d: the cloud takes no progress reports", self.edge_id)
                     self._unsupported = True
                 else:
-                    log.debug("edge %d: progress report failed: %s", self.edge_id, err)
+                    log.debug("edge %d: progress report failed: %s", self.edge_id, printable(err))
                 continue
             except ValueError:  # the channel was closed meanwhile
                 return
