@@ -155,7 +155,8 @@ def register(stub: Any, args: argparse.Namespace, name: str, data: Any, home: in
                              token=args.token, supernode_public_key=supernode_key,
                              compute_device=getattr(args, "device_in_use", "cpu"),
                              samples_per_s=float(getattr(args, "samples_per_s", 0.0) or 0.0),
-                             num_samples=int(data.samples),
+                             num_samples=int(getattr(data, "samples", 0)
+                                             or sum(int(c) for c in data.label_counts)),
                              model_signature=getattr(data, "model_signature", ""),
                              histogram_epsilon=float(getattr(data, "histogram_epsilon", 0.0)))
     end = time.monotonic() + args.register_timeout
