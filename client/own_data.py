@@ -24,7 +24,6 @@ import argparse
 import json
 import subprocess
 import sys
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any
@@ -42,42 +41,25 @@ def read_own_data(cfg: Any, index: int, name: str, out: Path, *, data: str,
     """Client ``index``'s own data at ``data`` under ``cfg.task``, written to ``out`` by a
     child process: a :class:`client.partition.Partition` (None when ``stop`` is set first);
     :class:`DataRefused` in one line when the data or the model is refused."""
-    from fedcure_app.devices import parse_profile
-
     from client.association import ClientError
-    from client.children import ChildFailed, json_child
-    from client.partition import Partition
+    from client.children import ChildFailed
+    from client.partition import run_data_child
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", suffix=".json", dir=out.parent,
-                                     prefix=".own-config-", delete=False) as f:
-        json.dump(cfg.model_dump(mode="json"), f)
-        config_file = Path(f.name)
-    argv = [sys.executable, "-m", "client.own_data", "--config", str(config_file),
-            "--data", str(data), "--index", str(index), "--name", name, "--out", str(out),
+    args = ["--data", str(data), "--index", str(index), "--name", name,
             "--histogram-epsilon", repr(float(epsilon)),
             "--histogram-min-count", str(int(min_count))]
     if label_column is not None:
-        argv += ["--label-column", label_column]
+        args += ["--label-column", label_column]
     if holdout is not None:
-        argv += ["--holdout", repr(float(holdout))]
+        args += ["--holdout", repr(float(holdout))]
     try:
-        reply = json_child(argv, timeout_s, stop)
+        return run_data_child(cfg, "client.own_data", args, out, timeout_s, stop)
     except subprocess.TimeoutExpired:
         raise ClientError(f"reading {data} took more than {timeout_s:.0f} s") from None
     except ChildFailed as err:
         if err.returncode == EXIT_REFUSED:
             raise DataRefused(err.tail) from None
         raise ClientError(f"reading {data} failed: {err.tail}") from None
-    finally:
-        config_file.unlink(missing_ok=True)
-    if reply is None:
-        return None
-    return Partition(data_file=out, samples=int(reply["samples"]),
-                     label_counts=[int(c) for c in reply["label_counts"]],
-                     home=int(reply["home"]), profile=parse_profile(reply["profile"]),
-                     model_signature=json.dumps(reply["model_signature"]),
-                     histogram_epsilon=float(reply["histogram_epsilon"]))
 
 
 def build_own_node_data(cfg: Any, args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:

@@ -46,25 +46,48 @@ class Partition:
     histogram_epsilon: float = 0.0
 
 
+def run_data_child(cfg: Any, module: str, args: list[str], out: Path, timeout_s: float,
+                   stop: threading.Event | None) -> Partition | None:
+    """Run ``python -m module --config FILE --out out *args`` (FILE: ``cfg`` as JSON beside
+    ``out``, removed afterwards), the one-shot child that writes a client's node data file, and
+    return the :class:`Partition` its JSON line describes (None when ``stop`` is set first).
+    Raises :class:`subprocess.TimeoutExpired` and :class:`client.children.ChildFailed` as
+    :func:`client.children.json_child` does."""
+    from fedcure_app.devices import parse_profile
+
+    from client.children import json_child
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", suffix=".json", dir=out.parent,
+                                     prefix=".data-config-", delete=False) as f:
+        json.dump(cfg.model_dump(mode="json"), f)
+        config_file = Path(f.name)
+    try:
+        reply = json_child([sys.executable, "-m", module, "--config", str(config_file),
+                            "--out", str(out), *args], timeout_s, stop)
+    finally:
+        config_file.unlink(missing_ok=True)
+    if reply is None:
+        return None
+    return Partition(data_file=out, samples=int(reply["samples"]),
+                     label_counts=[int(c) for c in reply["label_counts"]],
+                     home=int(reply["home"]), profile=parse_profile(reply["profile"]),
+                     model_signature=json.dumps(reply["model_signature"])
+                     if "model_signature" in reply else "",
+                     histogram_epsilon=float(reply.get("histogram_epsilon", 0.0)))
+
+
 def cut_partition(cfg: Any, index: int, name: str, out: Path, timeout_s: float = 1800.0,
                   stop: threading.Event | None = None) -> Partition | None:
     """Partition ``index`` of ``cfg``'s dataset, written to ``out`` by a child process
     (seconds: ``timeout_s`` for the child); None when ``stop`` is set first (SIGTERM: the child
     is stopped; it writes the file atomically, so none is left half-written)."""
-    from fedcure_app.devices import parse_profile
-
     from client.association import ClientError
-    from client.children import ChildFailed, json_child
+    from client.children import ChildFailed
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", suffix=".json", dir=out.parent,
-                                     prefix=".partition-config-", delete=False) as f:
-        json.dump(cfg.model_dump(mode="json"), f)
-        config_file = Path(f.name)
     try:
-        reply = json_child([sys.executable, "-m", "client.partition", "--config",
-                            str(config_file), "--index", str(index), "--name", name,
-                            "--out", str(out)], timeout_s, stop)
+        return run_data_child(cfg, "client.partition",
+                              ["--index", str(index), "--name", name], out, timeout_s, stop)
     except subprocess.TimeoutExpired:
         raise ClientError(f"cutting partition {index} took more than {timeout_s:.0f} s"
                           ) from None
@@ -77,13 +100,6 @@ def cut_partition(cfg: Any, index: int, name: str, out: Path, timeout_s: float =
         if err.returncode == EXIT_CLIENT:
             raise ClientError(err.tail) from None
         raise ClientError(f"cutting partition {index} failed: {err.tail}") from None
-    finally:
-        config_file.unlink(missing_ok=True)
-    if reply is None:
-        return None
-    return Partition(data_file=out, samples=int(reply["samples"]),
-                     label_counts=[int(c) for c in reply["label_counts"]],
-                     home=int(reply["home"]), profile=parse_profile(reply["profile"]))
 
 
 def main(argv: list[str] | None = None) -> int:
