@@ -137,7 +137,8 @@ def run_simulation_role(
     fed = cfg.federation
     log(INFO, "[fedcure] %s on %s: %d clients, %d edges, %d global rounds, tau_e=%d, "
         "tau_c=%d, formation=%s, scheduler=%s; results -> %s",
-        "simulation", cfg.data.dataset, fed.num_clients, fed.num_edges, cfg.run.global_rounds,
+        "simulation", "own data (task)" if cfg.task is not None else cfg.data.dataset,
+        fed.num_clients, fed.num_edges, cfg.run.global_rounds,
         cfg.method.tau_e, cfg.method.tau_c, cfg.method.formation, cfg.method.scheduler, out)
     federation = build_federation(cfg)
     executor = FlowerExecutor(
