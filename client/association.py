@@ -144,7 +144,8 @@ def build_node_data(cfg: Any, index: int, name: str) -> Any:
 
 def register(stub: Any, args: argparse.Namespace, name: str, data: Any, home: int,
              stop: threading.Event, supernode_key: str = "") -> Any:
-    """``Association.Register`` until formation has run (re-calling on DEADLINE_EXCEEDED)."""
+    """``Association.Register`` until formation has run (re-calling on DEADLINE_EXCEEDED, and
+    on UNAVAILABLE: the cloud restarting), within ``--register-timeout``."""
     import grpc
 
     from fedcure_app.protocol import cloud_pb2 as pb
@@ -170,6 +171,13 @@ def register(stub: Any, args: argparse.Namespace, name: str, data: Any, home: in
         except grpc.RpcError as err:
             if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
                 log.info("still waiting for coalition formation: %s", printable(err.details()))
+                continue
+            if err.code() == grpc.StatusCode.UNAVAILABLE:
+                # the cloud answered Claim, so it exists: it went away (a restart) while this
+                # client waited; the next call waits for it to come back, within the timeout
+                log.warning("the cloud went away while this client registered (%s); "
+                            "registering again", printable(err.details()))
+                stop.wait(1.0)
                 continue
             raise _rpc_error(err, args.cloud, "Register", args) from None
     return None

@@ -72,11 +72,15 @@ def key_config(cfg: FedCureConfig) -> dict[str, dict[str, Any]]:
     defaults = FedCureConfig().model_dump(mode="json")
     out: dict[str, dict[str, Any]] = {}
     for section, fields in dump.items():
+        if not isinstance(fields, dict):  # an optional section (the task): only when set
+            if fields != defaults.get(section):
+                out[section] = fields
+            continue
         v1 = V1_FIELDS.get(section, frozenset())
         for name, value in fields.items():
             if (section, name) in RESULT_NEUTRAL:
                 continue
-            if name in v1 or value != defaults.get(section, {}).get(name):
+            if name in v1 or value != (defaults.get(section) or {}).get(name):
                 out.setdefault(section, {})[name] = value
     for section in V1_FIELDS:  # a v1 section is in the key even if all of it were neutral
         out.setdefault(section, {})

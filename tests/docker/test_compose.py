@@ -418,7 +418,8 @@ def test_compose_up_on_the_clients_own_data(docker: Docker, tmp_path: Path) -> N
     finally:
         _run(docker.cmd(project, files, "down", "-v", "--remove-orphans", "--timeout", "20"),
              env=env, check=False, timeout=300)
-    own = sorted(c for c in containers if c["service"].startswith("own-client-"))
+    own = sorted((c for c in containers if c["service"].startswith("own-client-")),
+                 key=lambda c: c["service"])
     assert len(own) == 8 and not any(c["service"] == "client" for c in containers)
     bad = [c for c in containers if c["exit"] != 0]
     assert not bad, f"{bad}\n{text[-6000:]}"

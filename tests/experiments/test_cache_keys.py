@@ -53,7 +53,7 @@ def test_every_stored_run_still_hashes_to_its_file_name(path, samples):
 
 def test_a_field_newer_than_cache_version_1_enters_the_key_only_when_set():
     base = FedCureConfig()
-    newer = {(s, n) for s, fields in base.model_dump().items() for n in fields
+    newer = {(s, n) for s, fields in base.model_dump().items() for n in (fields or {})
              if n not in V1_FIELDS.get(s, frozenset())}
     assert {("method", "momentum"), ("method", "tau_c_unit")} <= newer
     for section, name in newer:
@@ -64,6 +64,14 @@ def test_a_field_newer_than_cache_version_1_enters_the_key_only_when_set():
         assert changed.key != spec.key, flat
     # back at the default: the same key again
     assert RunSpec("a", apply_flat(base, {"momentum": 0.0})).key == spec.key
+    # an optional section (a user's task) enters the key only when set
+    assert "task" not in key_config(base)
+    from fedcure_app.config import build_config
+
+    data = base.model_dump()
+    data["task"] = {"classes": [str(i) for i in range(10)], "input-shape": [1, 8, 8]}
+    with_task = RunSpec("a", build_config(data))
+    assert with_task.key != spec.key and "task" in key_config(with_task.cfg)
 
 
 @settings(max_examples=40, deadline=None)
