@@ -13,8 +13,9 @@ Each save is one *generation* (numbered 1, 2, ...). Its state names the model fi
 global version and the base versions of the tasks in flight) with their SHA-256 and carries the
 SHA-256 of its own body, so a torn or damaged file is told from a whole one. Every file is written
 to a temp file, fsynced, ``os.replace``d and its folder fsynced; the models before the state that
-names them, the state's first copy (after the previous first copy became ``state.prev.json``)
-before its second. Files no kept state names are removed afterwards.
+names them, the state's first copy (after the previous first copy became ``state.prev.json``,
+by a hard link, so that ``state.json`` is never missing: :func:`keep_as_previous`) before its
+second. Files no kept state names are removed afterwards.
 
 :meth:`CheckpointStore.load` takes the newest generation whose state and models check out,
 each file from whichever copy is whole, and repairs the damaged copy; when it had to pass over a
@@ -121,6 +122,22 @@ def read_state(path: Path) -> dict[str, Any]:
     return state
 
 
+def keep_as_previous(state: Path, prev: Path) -> None:
+    """Make ``prev`` the generation ``state`` holds now, while ``state`` stays in place until
+    the next generation replaces it atomically (a reader, or a crash, never finds no
+    ``state.json``): a hard link put in place with ``os.replace`` (a copy where the file system
+    has no hard links)."""
+    tmp = prev.with_name(f".{prev.name}.link.tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(state, tmp)
+    except FileNotFoundError:
+        raise
+    except OSError:  # no hard links here: copy the bytes
+        tmp.write_bytes(state.read_bytes())
+    os.replace(tmp, prev)
+
+
 class CheckpointStore:
     """One checkpoint folder: :meth:`save` and :meth:`load` (see the module docstring).
 
@@ -189,11 +206,10 @@ class CheckpointStore:
                                   models=digests, saved_at=time.time()))
         if self._primary_ok:
             try:
-                os.replace(self.dir / STATE, self.dir / PREV)
-                self._refs[PREV] = self._refs.pop(STATE, set())
+                keep_as_previous(self.dir / STATE, self.dir / PREV)
+                self._refs[PREV] = set(self._refs.get(STATE, set()))
             except FileNotFoundError:  # removed behind the store's back: the copy stays
                 pass
-            self._primary_ok = False
         versions = {int(v) for v in digests}
         write_atomic(self.dir / STATE, data, sync=self.sync)
         self._refs[STATE], self._primary_ok = versions, True
