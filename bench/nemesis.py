@@ -342,6 +342,10 @@ def summary(fed: Any) -> str:
             f"cloud faults {dict(sorted(kinds.items()))}")
 
 
+def _stop_on_sigterm(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt("SIGTERM")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -351,6 +355,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None, help="run folder (default: a temp dir)")
     p.add_argument("--dry-run", action="store_true", help="print the schedule and stop")
     args = p.parse_args(argv)
+    # a SIGTERM (a test stopping it, `timeout`) takes the same way out as Ctrl-C, through the
+    # federation's clean-up: no role, namespace or cgroup is left behind
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
     if not args.seconds > 0 or not args.every > 0:
         print("nemesis: --seconds and --every must be > 0", file=sys.stderr)
         return 2

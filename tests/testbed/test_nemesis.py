@@ -72,11 +72,17 @@ def test_every_schedule_keeps_its_rules(seed, seconds, edges, clients):
                            "FEDCURE_TESTBED_TESTS=1")
 def test_the_ci_seed_passes_every_invariant(tmp_path):
     require_netns()
-    proc = subprocess.run(
+    from tests.interrupts import end_process
+
+    proc = subprocess.Popen(
         [sys.executable, str(ROOT / "bench" / "nemesis.py"), "--seconds", str(CI_SECONDS),
          "--seed", str(CI_SEED), "--out", str(tmp_path / "nemesis")],
-        cwd=ROOT, capture_output=True, text=True, timeout=1800,
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env=dict(os.environ, PYTHONUNBUFFERED="1"))
-    print(proc.stdout[-8000:], proc.stderr[-4000:], sep="\n")
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    assert "every invariant holds" in proc.stdout
+    try:
+        stdout, stderr = proc.communicate(timeout=1800)
+    finally:  # Ctrl-C or the timeout: SIGTERM, so that it tears its federation down
+        end_process(proc, grace_s=90.0)
+    print(stdout[-8000:], stderr[-4000:], sep="\n")
+    assert proc.returncode == 0, stdout[-4000:] + stderr[-4000:]
+    assert "every invariant holds" in stdout
