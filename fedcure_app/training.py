@@ -188,6 +188,17 @@ def _check_pair(x: torch.Tensor, y: torch.Tensor) -> int:
     return n
 
 
+def _on_model_device(model: nn.Module, x: ArrayLike, y: ArrayLike, norm: PixelNorm | None
+                     ) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """(x, y) as tensors on ``model``'s device and their sample count, checked (the thread
+    policy applied first): what training and evaluation start from."""
+    _ensure_threads()
+    device = _model_device(model)
+    xt = _features(x, device, norm)
+    yt = _labels(y, device)
+    return xt, yt, _check_pair(xt, yt)
+
+
 class _PlainSGD:
     """Plain SGD (no momentum, no weight decay): p ← p − lr·∇p, then the gradients dropped;
     the very update ``torch.optim.SGD`` makes, bit for bit, without importing ``torch.optim``,
@@ -254,11 +265,7 @@ def train_local(
         raise ValueError(f"lr must be > 0, got {lr}")
     if momentum < 0:
         raise ValueError(f"momentum must be >= 0, got {momentum}")
-    _ensure_threads()
-    device = _model_device(model)
-    xt = _features(x, device, norm)
-    yt = _labels(y, device)
-    n = _check_pair(xt, yt)
+    xt, yt, n = _on_model_device(model, x, y, norm)
     per_epoch = math.ceil(n / batch_size)
     if epochs is not None:
         if epochs < 0:
@@ -280,7 +287,7 @@ def train_local(
     t0 = time.perf_counter()
     for _ in range(steps):
         if batch_in_epoch >= per_epoch:
-            perm = torch.randperm(n, generator=gen).to(device)
+            perm = torch.randperm(n, generator=gen).to(yt.device)
             batch_in_epoch = 0
         idx = perm[batch_in_epoch * batch_size : (batch_in_epoch + 1) * batch_size]
         batch_in_epoch += 1
@@ -309,11 +316,7 @@ def evaluate(model: nn.Module, x: ArrayLike, y: ArrayLike, *, batch_size: int = 
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    _ensure_threads()
-    device = _model_device(model)
-    xt = _features(x, device, norm)
-    yt = _labels(y, device)
-    n = _check_pair(xt, yt)
+    xt, yt, n = _on_model_device(model, x, y, norm)
     t0 = time.perf_counter()
     part = evaluate_batches(model, xt, yt, 0, n, batch_size=batch_size, norm=norm)
     total_loss = 0.0
@@ -334,11 +337,7 @@ def evaluation_sums(model: nn.Module, x: ArrayLike, y: ArrayLike, num_classes: i
     differ). ``norm``: as for :func:`evaluate`."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    _ensure_threads()
-    device = _model_device(model)
-    xt = _features(x, device, norm)
-    yt = _labels(y, device)
-    n = _check_pair(xt, yt)
+    xt, yt, n = _on_model_device(model, x, y, norm)
     if int(yt.max()) >= num_classes:
         raise ValueError(f"label {int(yt.max())} outside the task's {num_classes} classes")
     part = evaluate_batches(model, xt, yt, 0, n, batch_size=batch_size, norm=norm)
