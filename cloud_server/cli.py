@@ -136,17 +136,13 @@ def make_config(args: argparse.Namespace) -> tuple[Any, bool]:
     if args.method is not None:
         flat["method"] = args.method
     if args.task is not None:
-        from fedcure_app.config import build_config
+        from fedcure_app.data.own_federation import with_task
         from fedcure_app.data.task import load_task
 
         if args.dataset is not None:
             raise ConfigError(f"--dataset {args.dataset}: not used with --task")
-        task = load_task(args.task)
-        data = cfg.model_dump()
-        data["task"] = task.model_dump()
-        data["federation"]["num_classes"] = task.num_classes
-        data["data"]["label_column"] = args.label_column
-        cfg = build_config(data)
+        cfg = with_task(apply_flat(cfg, {"label-column": args.label_column}),
+                        load_task(args.task))
     elif args.test_data is not None:
         raise ConfigError("--test-data: only with --task (a built-in dataset brings its own "
                           "test split)")

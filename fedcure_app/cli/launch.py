@@ -329,7 +329,7 @@ def start_roles(cfg: FedCureConfig, args: argparse.Namespace, out: Path, roles: 
                 site: Site | None = None) -> dict[str, Any]:
     """Start cloud, edges and clients (in that order) where ``site`` says (default: all on
     127.0.0.1); return the launch record."""
-    from fedcure_app.data.own_federation import client_entries
+    from fedcure_app.data.own import client_entries
     from fedcure_app.runtime.processes import Child, free_port, free_ports
 
     logs, work = out / "logs", out / "work"

@@ -35,7 +35,8 @@ def apply_task(cfg: FedCureConfig, args: argparse.Namespace) -> FedCureConfig:
     number of entries; edges = --edges, else at most the configured number and the clients);
     unchanged without ``--task``. :class:`UsageError` names the option at fault."""
     from fedcure_app.data.errors import DatasetError
-    from fedcure_app.data.own_federation import client_entries
+    from fedcure_app.data.own import client_entries
+    from fedcure_app.data.own_federation import with_task
     from fedcure_app.data.task import TaskFileError, load_task
 
     task_file = getattr(args, "task", None)
@@ -61,21 +62,17 @@ def apply_task(cfg: FedCureConfig, args: argparse.Namespace) -> FedCureConfig:
     if getattr(args, "clients", None) is not None and args.clients != n:
         raise UsageError(f"--clients {args.clients}: --clients-data {args.clients_data} holds "
                          f"{n} client entries (leave --clients out)")
-    edges = args.edges if getattr(args, "edges", None) is not None else min(
-        cfg.federation.num_edges, n)
-    if edges > n:
-        raise UsageError(f"--edges ({edges}) > the {n} clients of --clients-data: every edge "
-                         "server needs at least one client")
+    if getattr(args, "edges", None) is not None and args.edges > n:
+        raise UsageError(f"--edges ({args.edges}) > the {n} clients of --clients-data: every "
+                         "edge server needs at least one client")
     data: dict[str, Any] = cfg.model_dump()
-    data["task"] = task.model_dump()
-    data["federation"].update(num_clients=n, num_edges=edges, num_classes=task.num_classes)
     data["data"]["clients_data"] = str(args.clients_data)
     if args.holdout is not None:
         data["data"]["holdout"] = args.holdout
     if args.label_column is not None:
         data["data"]["label_column"] = args.label_column
-    try:
-        return build_config(data)
+    try:  # one client per entry, edges at most the clients (checked above for --edges)
+        return with_task(build_config(data), task)
     except ConfigError as err:
         raise UsageError(str(err)) from None
 

@@ -22,15 +22,6 @@ from fedcure_app.data.errors import CorruptDatasetError, MissingDatasetError
 
 log = logging.getLogger(__name__)
 
-def client_entries(clients_dir: str | Path) -> list[Path]:
-    """The client entries of ``clients_dir`` in sorted name order (:func:`fedcure_app.data.
-    own.client_entries`: its folders and data files, hidden names left out); a
-    :class:`~fedcure_app.data.errors.DatasetError` when there is none."""
-    from fedcure_app.data.own import client_entries as entries_of
-
-    return entries_of(Path(clients_dir).expanduser())
-
-
 def initial_edges(num_clients: int, num_edges: int) -> np.ndarray:
     """Each client's initial ES when the clients bring their own data: contiguous blocks in
     client (name) order, client i on ES ⌊i·M/N⌋, so every ES gets ⌊N/M⌋ or ⌈N/M⌉ clients."""
@@ -42,7 +33,7 @@ def load_own_dataset(task: Any, clients_dir: str | Path, *, holdout: float, seed
     """Every client entry of ``clients_dir`` read under ``task``, as one :class:`Dataset`
     (normalised float32) whose ``client_indices`` give each client its own samples and whose
     test split is the union of the clients' held-out parts."""
-    from fedcure_app.data.own import normalise_x, read_client_data
+    from fedcure_app.data.own import client_entries, normalise_x, read_client_data
 
     entries = client_entries(clients_dir)
     parts = []
@@ -92,6 +83,7 @@ def with_task(cfg: Any, task: Any) -> Any:
     and with ``data.clients-data`` one client per entry (Flower's run config names the task
     and the folder; the client count follows the folder)."""
     from fedcure_app.config import build_config
+    from fedcure_app.data.own import client_entries
 
     data = cfg.model_dump()
     data["task"] = task.model_dump()
@@ -120,5 +112,5 @@ def load_federation_data(cfg: Any) -> Dataset:
                             seed=cfg.run.seed, label_column=cfg.data.label_column)
 
 
-__all__ = ["client_entries", "given_partition", "initial_edges", "load_federation_data",
+__all__ = ["given_partition", "initial_edges", "load_federation_data",
            "load_own_dataset", "with_task"]
