@@ -122,7 +122,7 @@ class DashboardBindError(OSError):
 
 def make_config(args: argparse.Namespace) -> tuple[Any, bool]:
     """The configuration from the file and the flags; and whether a dataset was named."""
-    from fedcure_app.config import FedCureConfig, apply_flat, load_config
+    from fedcure_app.config import ConfigError, FedCureConfig, apply_flat, load_config
 
     cfg = load_config(args.config) if args.config else FedCureConfig()
     named = args.dataset is not None or "dataset" in cfg.data.model_fields_set

@@ -114,3 +114,25 @@ def test_a_private_histogram_registers_with_its_exact_sample_count(cloud):
         stub.Register(bad, timeout=5.0)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "positive sum" in err.value.details()
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--task", "{task}", "--dataset", "digits"], "--dataset digits: not used with --task"),
+    (["--task", "{missing}"], "task file not found"),
+    (["--test-data", "{task}"], "--test-data: only with --task"),
+])
+def test_the_clouds_own_data_flags_are_one_line_and_exit_2(tmp_path, argv, words):
+    import subprocess
+    import sys
+
+    from fedcure_app.data.task import task_toml
+
+    task = tmp_path / "task.toml"
+    task.write_text(task_toml(TASK))
+    argv = [a.format(task=task, missing=tmp_path / "nope.toml") for a in argv]
+    done = subprocess.run([sys.executable, "-m", "cloud_server.cli", "--listen", "127.0.0.1:0",
+                           "--expected-clients", "2", "--edges", "1", "--insecure", *argv],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    line = done.stderr.strip()
+    assert "\n" not in line and words in line
