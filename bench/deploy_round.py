@@ -71,7 +71,8 @@ LAST_CPU_BY_KIND: dict[str, float] = {}
 #: the last launch's CPU seconds by kind of process over the whole run, start-up included
 LAST_RUN_CPU_BY_KIND: dict[str, float] = {}
 #: process kind by a piece of its command line (first match wins)
-KINDS = (("flower-superlink", "SuperLink"), ("flwr-serverapp", "edge ServerApp"),
+KINDS = (("flower-superlink", "SuperLink"), ("held_superlink", "SuperLink"),
+         ("flwr-serverapp", "edge ServerApp"),
          ("client.supernode", "SuperNode"), ("flower-supernode", "SuperNode"),
          ("client.executor", "executor"), ("client.trainer", "trainer"),
          ("flower-superexec", "executor"), ("flwr-clientapp", "trainer"),

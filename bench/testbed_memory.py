@@ -43,7 +43,7 @@ KINDS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
     ("client", "trainer", "its trainer (`client.trainer`, torch)", ("client.trainer",)),
     ("client", "executor", "its executor (`client.executor`)", ("client.executor",)),
     ("edge", "role", "`fedcure-edge`", ("edge_server.cli",)),
-    ("edge", "superlink", "its SuperLink", ("flower-superlink",)),
+    ("edge", "superlink", "its SuperLink", ("held_superlink", "flower-superlink")),
     ("edge", "serverapp", "its ServerApp (`flwr-serverapp`)", ("flwr-serverapp",)),
     ("edge", "superexec", "its SuperExec", ("flower-superexec",)),
     ("cloud", "role", "`fedcure-cloud`", ("cloud_server.cli",)),

@@ -63,8 +63,9 @@ SIGNED_METHODS = frozenset({"/flwr.proto.Runtime/AcquireTask"})
 #: seconds into a task before its first heartbeat (Flower's SuperNode expires a task after
 #: 2 missed 30 s heartbeats; acquiring it counts as the first)
 HEARTBEAT_DELAY_S = 10.0
-#: the longest wait between task requests when the SuperNode wakes the executor (seconds)
-WAKE_FALLBACK_S = 1.0
+#: the longest wait between task requests when the SuperNode wakes the executor (seconds): the
+#: ask is then only a fallback for a lost wake-up, and each is a request to the SuperNode
+WAKE_FALLBACK_S = 30.0
 
 
 class ExecutorError(RuntimeError):

@@ -8,8 +8,10 @@ every round. This entry point runs the very same SuperNode (same arguments, same
 module's ``time`` replaced by :class:`IdleClock`, whose ``sleep``
 
 - turns the idle 3 s into a back-off that starts at ``idle_min_s`` after a message was pulled
-  and doubles up to ``idle_max_s`` (a SuperNode with nothing to do still pulls at most every
-  ``idle_max_s``, so an idle client costs the SuperLink little);
+  and doubles up to ``idle_max_s``; against an edge's SuperLink, which holds a pull that finds
+  nothing until a message comes (:mod:`fedcure_app.flower.held_pulls`), an empty pull that took
+  :data:`~fedcure_app.flower.held_pulls.HELD_MIN_S` or more is followed by ``idle_min_s`` only,
+  so a waiting client asks once per hold and its message is answered the moment it is pushed;
 - turns the 0.5 s reply polls (an in-memory check) into ``reply_poll_s``.
 
 The patch is applied only to the Flower versions it was written against
@@ -39,6 +41,7 @@ import time as _time
 from types import ModuleType
 from typing import Any
 
+from fedcure_app.flower.held_pulls import HELD_MIN_S
 from fedcure_app.flower.object_pulls import quick_pulls, version_problem
 
 log = logging.getLogger("fedcure.client.supernode")
@@ -81,6 +84,7 @@ class IdleClock:
         self.reply_poll_s = reply_poll_s
         self._sleep = sleep
         self._next = idle_min_s
+        self._held = False
         self._lock = threading.Lock()
 
     def pulled(self) -> None:
@@ -89,9 +93,19 @@ class IdleClock:
             self._next = self.idle_min_s
             self._last_pull = self._clock()
 
+    def held(self) -> None:
+        """An empty pull was held by the SuperLink (it waited for a message that did not come):
+        the next idle wait is ``idle_min_s``, since the next pull waits at the SuperLink again."""
+        with self._lock:
+            self._held = True
+
     def next_idle_s(self) -> float:
         """The wait the next idle sleep takes (and double the one after)."""
         with self._lock:
+            if self._held:
+                self._held = False
+                self._next = self.idle_min_s
+                return self.idle_min_s
             wait = self._next
             if self._clock() - self._last_pull < self.hot_s:
                 wait = min(wait, self.hot_max_s)
@@ -149,11 +163,14 @@ def install(clock: IdleClock, module: ModuleType | None = None, waker: Any = Non
     pull = module._pull_and_store_message
 
     def pull_and_reset(*args: Any, **kwargs: Any) -> Any:
+        started = _time.monotonic()
         run_id = pull(*args, **kwargs)
         if run_id is not None:
             clock.pulled()
             if waker is not None:  # the message and its objects are in: the executor may ask
                 waker.notify()
+        elif _time.monotonic() - started >= HELD_MIN_S:
+            clock.held()  # the edge's SuperLink holds empty pulls (held_pulls): ask again
         return run_id
 
     module._pull_and_store_message = pull_and_reset
@@ -207,6 +224,9 @@ def main(argv: list[str] | None = None) -> None:
     trace_flower_log()  # FEDCURE_TRACE_DIR: Flower's receive/send log lines become events
     from client.wake import writer_from_env
 
+    from fedcure_app.flower.quiet_server import install as quiet_uvicorn
+
+    quiet_uvicorn()  # its Runtime API server wakes every few seconds, not 10 times a second
     clock = clock_from_env()
     if install(clock, waker=writer_from_env()):
         log.info("SuperNode idle wait %.3g..%.3g s, reply poll %.3g s (Flower's: 3 s, 0.5 s)",

@@ -18,6 +18,7 @@ import json
 import logging
 import re
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,8 @@ log = logging.getLogger("fedcure.edge")
 CONNECTION = "fedcure-edge"
 #: ``module:attribute`` of the edge ServerApp (:mod:`edge_server.app`) that the edge submits.
 EDGE_SERVERAPP = "edge_server.app:app"
+#: seconds between the edge SuperExec's asks for a ServerApp to start (Flower's default: 1)
+SUPEREXEC_POLL_S = "3.0"
 
 
 class SuperLinkError(RuntimeError):
@@ -106,9 +109,13 @@ def start_superlink(work: Path, host: str, port: int, tls: TLSFiles | None,
     """Start the SuperLink (log in ``work/superlink.log``) and wait until it accepts
     connections; :class:`SuperLinkError` when it dies or does not come up."""
     argv = superlink_argv(host, port, tls, supernode_auth)
-    argv[0] = flower_bin(argv[0])
+    # Flower's SuperLink with held pulls (edge_server.held_superlink), same arguments
+    argv[:1] = [sys.executable, "-m", "edge_server.held_superlink"]
+    # its SuperExec asks for the one ServerApp run at Flower's own pace, not every 50 ms:
+    # each ask is a request to the SuperLink, for as long as the edge lives
     child = Child("flower-superlink", argv, log_path=work / "superlink.log",
-                  env=flower_env(work / "flwr-home"), cwd=work)
+                  env=flower_env(work / "flwr-home", {
+                      "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": SUPEREXEC_POLL_S}), cwd=work)
     end = time.monotonic() + timeout_s
     while time.monotonic() < end:
         if child.poll() is not None:

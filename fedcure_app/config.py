@@ -230,7 +230,29 @@ class ReliabilityConfig(_Section):
         "late answer unless no version passed)")
 
 
-class WarmClientConfig(_Section):
+class _EnvSection(_Section):
+    """A section a role reads from ``FEDCURE_*`` environment variables (:attr:`ENV`: variable ->
+    field), because the process that needs it is started by another (Flower's or ours)."""
+
+    ENV: ClassVar[dict[str, str]] = {}
+
+    def to_env(self) -> dict[str, str]:
+        """The values as ``FEDCURE_*`` environment variables."""
+        return {var: str(getattr(self, name)) for var, name in self.ENV.items()}
+
+    @classmethod
+    def from_env(cls, env: dict[str, str], **overrides: Any) -> Any:
+        """Read the ``FEDCURE_*`` variables (unset: default), then ``overrides``;
+        :class:`ConfigError` when a value is bad."""
+        data = {name: env[var] for var, name in cls.ENV.items() if env.get(var, "") != ""}
+        data.update(overrides)
+        try:
+            return cls.model_validate(data)
+        except ValidationError as err:
+            raise ConfigError(_one_line(err)) from None
+
+
+class WarmClientConfig(_EnvSection):
     """How a deployed client (``fedcure-client``) runs its ClientApp; local to each client, so
     not part of :class:`FedCureConfig` (which the cloud hands every role). Times in seconds."""
 
@@ -290,20 +312,28 @@ class WarmClientConfig(_Section):
         "FEDCURE_GPUFREQ": "gpufreq",
     }
 
-    def to_env(self) -> dict[str, str]:
-        """The values as ``FEDCURE_*`` environment variables."""
-        return {var: str(getattr(self, name)) for var, name in self.ENV.items()}
 
-    @classmethod
-    def from_env(cls, env: dict[str, str], **overrides: Any) -> "WarmClientConfig":
-        """Read the ``FEDCURE_*`` variables (unset: default), then ``overrides``;
-        :class:`ConfigError` when a value is bad."""
-        data = {name: env[var] for var, name in cls.ENV.items() if env.get(var, "") != ""}
-        data.update(overrides)
-        try:
-            return cls.model_validate(data)
-        except ValidationError as err:
-            raise ConfigError(_one_line(err)) from None
+
+class EdgeLinkConfig(_EnvSection):
+    """How an edge's SuperLink answers pulls (:mod:`fedcure_app.flower.held_pulls`); local to
+    each edge. Times in seconds."""
+
+    superlink_hold_s: float = Field(
+        20.0, ge=0.0, le=25.0, description="how long a SuperNode's pull that finds no message "
+        "waits for one at the SuperLink (0: answer at once, as Flower does; below the "
+        "SuperNode's 30 s request timeout)")
+    superlink_reply_hold_s: float = Field(
+        2.0, ge=0.0, le=25.0, description="how long the edge ServerApp's pull of its clients' "
+        "replies waits for one when none is in (0: answer at once)")
+    superlink_threads: int = Field(
+        512, ge=40, le=10_000, description="worker threads of the SuperLink's web server (a "
+        "held pull takes one while it waits: more than the edge's clients)")
+
+    ENV: ClassVar[dict[str, str]] = {
+        "FEDCURE_SUPERLINK_HOLD_S": "superlink_hold_s",
+        "FEDCURE_SUPERLINK_REPLY_HOLD_S": "superlink_reply_hold_s",
+        "FEDCURE_SUPERLINK_THREADS": "superlink_threads",
+    }
 
 
 class FedCureConfig(_Section):

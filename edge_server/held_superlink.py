@@ -1,0 +1,54 @@
+"""``python -m edge_server.held_superlink ARGS``: Flower's ``flower-superlink`` with held pulls.
+
+The same SuperLink (same arguments, same code) with its two pull handlers wrapped so that a pull
+which finds nothing waits for a message instead of answering at once
+(:mod:`fedcure_app.flower.held_pulls`), its web server's worker pool wide enough for one
+held pull per client, and its web server's idle wake-ups cut from ten a second to one every few
+seconds (:mod:`fedcure_app.flower.quiet_server`). ``fedcure-edge`` starts its SuperLink this way. The holds come from the
+environment (:class:`fedcure_app.config.EdgeLinkConfig`: ``FEDCURE_SUPERLINK_HOLD_S``,
+``FEDCURE_SUPERLINK_REPLY_HOLD_S``, ``FEDCURE_SUPERLINK_THREADS``); a bad value stops it with
+one line and exit status 2.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+log = logging.getLogger("fedcure.edge.superlink")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run ``flower-superlink`` (arguments as for it) with held pulls installed."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    for name in ("fedcure.edge.superlink", "fedcure.flower.held_pulls"):
+        logging.getLogger(name).addHandler(handler)  # Flower configures its own logger
+        logging.getLogger(name).setLevel(logging.INFO)
+        logging.getLogger(name).propagate = False
+    from fedcure_app.config import ConfigError, EdgeLinkConfig
+
+    try:
+        cfg = EdgeLinkConfig.from_env(dict(os.environ))
+    except ConfigError as err:
+        print(f"fedcure-edge: error: SuperLink settings: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+    from fedcure_app.flower.held_pulls import install, widen_thread_pool
+    from fedcure_app.flower.quiet_server import install as quiet_uvicorn
+
+    quiet_uvicorn()  # the web server wakes every few seconds, not 10 times a second
+
+    if install(cfg.superlink_hold_s, cfg.superlink_reply_hold_s) is not None:
+        widen_thread_pool(cfg.superlink_threads)
+        log.info("held pulls: a SuperNode's up to %.3g s, the ServerApp's up to %.3g s "
+                 "(%d worker threads)", cfg.superlink_hold_s, cfg.superlink_reply_hold_s,
+                 cfg.superlink_threads)
+    from flwr.superlink.cli.flower_superlink import flower_superlink
+
+    sys.argv = ["flower-superlink", *(sys.argv[1:] if argv is None else argv)]
+    flower_superlink()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
