@@ -353,6 +353,8 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
            label="training: SuperNodes")
     b.set(xlabel="clients at the edge", ylabel="CPU cores", xscale="log")
     for ax in (a, b):
+        if len(n) < 2:
+            ax.set_xscale("linear")
         ax.set_xticks(n, [str(x) for x in n])
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)

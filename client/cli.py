@@ -70,6 +70,7 @@ from client.children import (
     RUN_END_GRACE_S,
     RUNTIME_ADDRESS_FILE,
     STATUS_EVERY_S,
+    WATCH_EVERY_S,
     SUPERNODE_ARGV_FILE,
     prestart_supernode,
     publish_runtime_port,
@@ -357,7 +358,7 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
                 executor.stop(grace_s=1.0)
                 executor = start_executor(work, port, env, data_file)
             if time.monotonic() - asked_at < STATUS_EVERY_S:
-                stop.wait(0.5)
+                stop.wait(WATCH_EVERY_S)
                 continue
             asked_at = time.monotonic()
             try:
@@ -376,7 +377,7 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
                     raise ClientError(f"lost the cloud at {args.cloud} for "
                                       f"{args.cloud_lost_timeout:.0f} s ({err.code().name})"
                                       ) from None
-            stop.wait(0.5)
+            stop.wait(WATCH_EVERY_S)
         log.info("stopping on request")
         return 0
     finally:

@@ -63,9 +63,6 @@ SIGNED_METHODS = frozenset({"/flwr.proto.Runtime/AcquireTask"})
 #: seconds into a task before its first heartbeat (Flower's SuperNode expires a task after
 #: 2 missed 30 s heartbeats; acquiring it counts as the first)
 HEARTBEAT_DELAY_S = 10.0
-#: the longest wait between task requests when the SuperNode wakes the executor (seconds): the
-#: ask is then only a fallback for a lost wake-up, and each is a request to the SuperNode
-WAKE_FALLBACK_S = 30.0
 
 
 class ExecutorError(RuntimeError):
@@ -356,10 +353,9 @@ def serve(address: str, secret: bytes, stop: threading.Event, cfg: Any,
         RuntimeVersionHttpInterceptor(component_name="SuperExec"),
         SuperExecAuthHttpInterceptor(master_secret=secret, protected_methods=SIGNED_METHODS)],
         stop)
-    wait = cfg.executor_poll_min_s
-    # woken on arrival, the poll is only the fallback: back off further (fewer idle requests)
-    longest = max(cfg.executor_poll_max_s, WAKE_FALLBACK_S) if waker is not None \
-        else cfg.executor_poll_max_s
+    from client.wake import AskPacer
+
+    pacer = AskPacer(cfg.executor_poll_min_s, cfg.executor_poll_max_s, woken=waker is not None)
     try:
         while not stop.is_set():
             try:
@@ -371,19 +367,18 @@ def serve(address: str, secret: bytes, stop: threading.Event, cfg: Any,
                 continue
             if res.HasField("task") and res.token:
                 run_task(address, res.token, int(res.task.task_id), trainer, time.time())
-                wait = cfg.executor_poll_min_s
+                pacer.task_done()
                 if not trainer.alive():  # it died: have a new one loaded for the next message
                     try:
                         trainer.start()
                     except TrainerDied as err:
                         log.warning("%s; trying again with the next message", err)
                 continue
-            if waker is not None and waker.wait(wait):
-                wait = cfg.executor_poll_min_s  # a message arrived: ask now
-                continue
+            wait = pacer.next_wait()
             if waker is None:
                 stop.wait(wait)
-            wait = min(longest, wait * 2)
+            elif waker.wait(wait):
+                pacer.woke()  # a message arrived: ask now
     finally:
         client.close()
 

@@ -58,7 +58,9 @@ class IdleClock:
 
     ``sleep(3)`` (nothing pulled) waits the current back-off, which doubles from ``idle_min_s``
     to ``idle_max_s``; :meth:`pulled` (a message arrived) resets it. ``sleep(0.5)`` (waiting for
-    the ClientApp's reply) waits ``reply_poll_s``. Other sleeps and attributes are the real
+    the ClientApp's reply) waits ``reply_poll_s``, or, once :func:`wake_on_replies` has hooked the
+    Runtime API, until the ClientApp pushes its reply or an object of it (at most Flower's own
+    0.5 s), so a SuperNode does not spin while its client trains. Other sleeps and attributes are the real
     ``time`` module's. Within ``hot_s`` seconds of the last pulled message the idle waits stay at
     most ``hot_max_s`` (an edge round's next message comes a moment after the slowest client's
     reply; Flower 1.41's Fleet API cannot wait for it, so the SuperNode asks more often while
@@ -86,6 +88,8 @@ class IdleClock:
         self._next = idle_min_s
         self._held = False
         self._lock = threading.Lock()
+        #: set by the Runtime API when the ClientApp pushes (:func:`wake_on_replies`)
+        self.reply_event: threading.Event | None = None
 
     def pulled(self) -> None:
         """A message was pulled: the next idle waits start short again."""
@@ -116,7 +120,12 @@ class IdleClock:
         if seconds == FLOWER_IDLE_SLEEP_S:
             self._sleep(self.next_idle_s())
         elif seconds == FLOWER_REPLY_POLL_S:
-            self._sleep(self.reply_poll_s)
+            event = self.reply_event
+            if event is None:
+                self._sleep(self.reply_poll_s)
+            else:  # woken by the ClientApp's push; Flower's own 0.5 s poll stays the fallback
+                event.wait(FLOWER_REPLY_POLL_S)
+                event.clear()
         else:
             self._sleep(seconds)
 
@@ -181,6 +190,35 @@ def install(clock: IdleClock, module: ModuleType | None = None, waker: Any = Non
     return True
 
 
+def wake_on_replies(clock: IdleClock, handlers: ModuleType | None = None) -> bool:
+    """Make the SuperNode's Runtime API set ``clock.reply_event`` whenever the ClientApp pushes
+    a reply message or an object; False (logged) when its handlers are not as expected."""
+    if handlers is None:
+        from flwr.supernode.servicer.runtime import runtime_handlers as handlers  # type: ignore
+    names = ("push_messages", "push_object")
+    if not all(callable(getattr(handlers, n, None)) for n in names):
+        log.warning("the SuperNode polls for its ClientApp's reply every %.3g s (its Runtime "
+                    "API has no %s)", clock.reply_poll_s, " or ".join(names))
+        return False
+    event = threading.Event()
+    for name in names:
+        push = getattr(handlers, name)
+        if getattr(push, "fedcure_wakes", False):
+            push = push.__wrapped__
+
+        def woken(*args: Any, _push: Any = push, **kwargs: Any) -> Any:
+            try:
+                return _push(*args, **kwargs)
+            finally:
+                event.set()
+
+        woken.__wrapped__ = push  # type: ignore[attr-defined]
+        woken.fedcure_wakes = True  # type: ignore[attr-defined]
+        setattr(handlers, name, woken)
+    clock.reply_event = event
+    return True
+
+
 def clock_from_env(env: dict[str, str] | None = None) -> IdleClock:
     """The :class:`IdleClock` the ``FEDCURE_SUPERNODE_*`` variables describe (checked)."""
     from fedcure_app.config import WarmClientConfig
@@ -229,6 +267,7 @@ def main(argv: list[str] | None = None) -> None:
     quiet_uvicorn()  # its Runtime API server wakes every few seconds, not 10 times a second
     clock = clock_from_env()
     if install(clock, waker=writer_from_env()):
+        wake_on_replies(clock)
         log.info("SuperNode idle wait %.3g..%.3g s, reply poll %.3g s (Flower's: 3 s, 0.5 s)",
                  clock.idle_min_s, clock.idle_max_s, clock.reply_poll_s)
     from flwr.supernode.cli.flower_supernode import flower_supernode

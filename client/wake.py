@@ -92,6 +92,55 @@ class WakeWriter:
                 self._fd = None
 
 
+#: the longest wait between task requests when the SuperNode wakes the executor (seconds): the
+#: ask is then only a fallback for a lost wake-up, and each is a request to the SuperNode
+WAKE_FALLBACK_S = 30.0
+#: after a wake-up, asks keep doubling from the shortest wait up to this (seconds), then wait for
+#: the next wake-up or the fallback (a wake can come a moment before the task can be taken)
+WAKE_QUICK_S = 0.5
+
+
+class AskPacer:
+    """How long the executor waits after an ask of its SuperNode that brought no task (seconds).
+
+    Without wake-ups (``woken`` False) the waits double from ``min_s`` to ``max_s``. With them,
+    an empty ask right after a task waits for the next wake-up (the next message wakes it), an
+    empty ask after a wake-up doubles from ``min_s`` while under :data:`WAKE_QUICK_S`, and every
+    other wait is the :data:`WAKE_FALLBACK_S` fallback, so an idle executor asks twice a minute.
+    """
+
+    def __init__(self, min_s: float, max_s: float, *, woken: bool) -> None:
+        if not 0 < min_s <= max_s:
+            raise ValueError(f"need 0 < min_s <= max_s, got {min_s}, {max_s}")
+        self.min_s = min_s
+        self.woken = woken
+        self.longest = max(max_s, WAKE_FALLBACK_S) if woken else max_s
+        self._wait = min_s
+        self._after_task = False
+
+    def task_done(self) -> None:
+        """A task ran: the next ask comes at once."""
+        self._wait = self.min_s
+        self._after_task = True
+
+    def woke(self) -> None:
+        """A wake-up came: ask now, then quickly for a little while."""
+        self._wait = self.min_s
+        self._after_task = False
+
+    def next_wait(self) -> float:
+        """The wait after an empty ask (and the back-off for the one after)."""
+        if self.woken and self._after_task:
+            self._after_task = False
+            self._wait = self.longest
+        wait = self._wait
+        if self.woken and wait * 2 > WAKE_QUICK_S:
+            self._wait = self.longest
+        else:
+            self._wait = min(self.longest, wait * 2)
+        return wait
+
+
 def reader_from_env(env: dict[str, str] | None = None) -> WakeReader | None:
     """The executor's :class:`WakeReader` when ``FEDCURE_WAKE_FIFO`` names a FIFO, else None."""
     path = (os.environ if env is None else env).get(WAKE_ENV)
@@ -110,5 +159,5 @@ def writer_from_env(env: dict[str, str] | None = None) -> WakeWriter | None:
     return WakeWriter(path) if path else None
 
 
-__all__ = ["WAKE_ENV", "WakeReader", "WakeWriter", "make_fifo", "reader_from_env",
+__all__ = ["AskPacer", "WAKE_ENV", "WAKE_FALLBACK_S", "WAKE_QUICK_S", "WakeReader", "WakeWriter", "make_fifo", "reader_from_env",
            "writer_from_env"]

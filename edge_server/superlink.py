@@ -105,7 +105,7 @@ def superlink_argv(host: str, port: int, tls: TLSFiles | None,
 
 
 def start_superlink(work: Path, host: str, port: int, tls: TLSFiles | None,
-                    timeout_s: float = 60.0, supernode_auth: bool = False) -> Child:
+                    timeout_s: float = 180.0, supernode_auth: bool = False) -> Child:
     """Start the SuperLink (log in ``work/superlink.log``) and wait until it accepts
     connections; :class:`SuperLinkError` when it dies or does not come up."""
     argv = superlink_argv(host, port, tls, supernode_auth)

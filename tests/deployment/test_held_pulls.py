@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from client.supernode import IdleClock, install as install_supernode
+from client.supernode import IdleClock, install as install_supernode, wake_on_replies
+from client.wake import WAKE_FALLBACK_S, WAKE_QUICK_S, AskPacer
 from fedcure_app.config import ConfigError, EdgeLinkConfig
 from fedcure_app.flower import held_pulls
 from fedcure_app.flower.held_pulls import AwaitedObjects, Doorbell, check_flower, install
@@ -314,3 +315,63 @@ def test_after_a_held_empty_pull_the_supernode_asks_again_at_once(monkeypatch):
         assert wait == 0.2  # its back-off stays
     finally:
         loop.time, loop._pull_and_store_message, loop.pull_objects = saved
+
+
+def test_the_supernode_waits_for_its_clientapps_push_instead_of_polling():
+    handlers = types.ModuleType("fake_supernode_runtime_handlers")
+    handlers.push_messages = lambda request, state, task: "stored"
+    handlers.push_object = lambda request, state, task: "stored"
+    slept: list[float] = []
+    clock = IdleClock(0.01, 0.2, 0.01, sleep=slept.append)
+    assert wake_on_replies(clock, handlers)
+    t0 = time.monotonic()
+    clock.sleep(0.5)  # nothing pushed: Flower's own 0.5 s, as a fallback only
+    assert 0.45 <= time.monotonic() - t0 < 1.5 and slept == []
+    pusher = threading.Timer(0.1, lambda: handlers.push_object("obj", None, None))
+    pusher.start()
+    t0 = time.monotonic()
+    clock.sleep(0.5)
+    assert time.monotonic() - t0 < 0.4  # woken by the push
+    assert handlers.push_messages("m", None, None) == "stored"  # the handlers still answer
+    assert wake_on_replies(clock, handlers)  # installing twice wraps once
+    assert handlers.push_object.__wrapped__.__name__ == "<lambda>"
+
+
+def test_a_supernode_without_those_handlers_keeps_its_poll():
+    clock = IdleClock(0.01, 0.2, 0.01, sleep=lambda s: None)
+    assert not wake_on_replies(clock, types.ModuleType("empty"))
+    assert clock.reply_event is None
+
+
+# ------------------------------------------------------------------ the executor's asks
+@settings(max_examples=60, deadline=None)
+@given(lo=st.floats(0.001, 0.2), hi=st.floats(0.01, 5.0), events=st.lists(
+    st.sampled_from(["empty", "task", "wake"]), max_size=40))
+def test_executor_asks_are_bounded_and_a_woken_executor_idles_at_the_fallback(lo, hi, events):
+    hi = max(lo, hi)
+    for woken in (False, True):
+        pacer = AskPacer(lo, hi, woken=woken)
+        for e in events:
+            if e == "task":
+                pacer.task_done()
+            elif e == "wake":
+                pacer.woke()
+            wait = pacer.next_wait() if e == "empty" else None
+            if wait is not None:
+                assert lo <= wait <= (max(hi, WAKE_FALLBACK_S) if woken else hi)
+        waits = [pacer.next_wait() for _ in range(30)]
+        if woken:
+            assert waits[-1] == max(hi, WAKE_FALLBACK_S)  # idle: one ask per fallback
+        else:
+            assert waits[-1] == hi
+
+
+def test_a_woken_executor_asks_once_after_a_task_then_waits_for_the_wake():
+    pacer = AskPacer(0.005, 0.1, woken=True)
+    pacer.task_done()
+    assert pacer.next_wait() == WAKE_FALLBACK_S  # the ask right after the task was empty
+    pacer.woke()
+    quick = [pacer.next_wait() for _ in range(9)]
+    assert quick[0] == 0.005 and all(b == 2 * a for a, b in zip(quick, quick[1:7]))
+    assert max(q for q in quick if q < WAKE_FALLBACK_S) <= WAKE_QUICK_S
+    assert quick[-1] == WAKE_FALLBACK_S
