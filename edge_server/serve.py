@@ -10,6 +10,11 @@ address its clients reach the SuperLink at) and, for every task on the stream:
    ConfigRecord; clients that fail are dropped);
 3. answers with ``Submit`` (edge model, sample count, per-client stats, measured latency).
 
+When no client answers an edge round (all of them killed, cut off or restarting), the edge
+looks its clients up again and runs the task again, every :data:`TASK_RETRY_S`, for up to
+``reconnect_timeout_s``: the cloud takes the late answer and schedules the coalition again,
+where an edge that gave up would leave its coalition out.
+
 A task with ``evaluate`` set is an evaluation task (federated evaluation): the edge asks each
 client of the coalition to evaluate the task's model on its held-out part and answers with
 ``EdgeLink.Evaluated`` instead (:mod:`edge_server.evaluation`; no training, no Submit). Tasks are
@@ -51,6 +56,8 @@ log = logging.getLogger("fedcure.edge")
 
 #: seconds between two asks of a cloud that did not answer a Submit
 SUBMIT_RETRY_S = 1.0
+#: seconds between runs of a task none of whose clients answered (after the first rerun)
+TASK_RETRY_S = 2.0
 #: seconds one Submit may take (the cloud decodes, checks, aggregates and checkpoints)
 SUBMIT_TIMEOUT_S = 300.0
 #: Submit failures that mean "not answered" (asked again), not "refused"; RESOURCE_EXHAUSTED
@@ -211,7 +218,12 @@ class EdgeServer:
         self.progress.start_task(task.task_id, task.tau_e)
         self.progress.update(0, list(task.clients))  # reported while its clients are looked up
         waited = queued  # for clients to come online: start-up, not training (left out of T^)
-        for attempt in range(2):
+        # clients that all fail an edge round (killed, cut off, restarting) are looked for and
+        # the task run again, until reconnect_timeout_s: the cloud takes a late answer, while
+        # an edge that gave up would leave its coalition out for good
+        give_up_at = t0 + queued + s.reconnect_timeout_s
+        attempt = 0
+        while True:
             t_look = time.monotonic()
             mapping = self.directory.resolve(
                 task.clients, s.discovery_timeout_s,
@@ -237,10 +249,14 @@ class EdgeServer:
                         s.edge_id, tid, r, t.tau_e, wall, done))
                 break
             except EdgeTaskError as err:
-                if attempt:
-                    raise EdgeRoleError(f"edge {s.edge_id}: {err}") from None
+                if time.monotonic() >= give_up_at:
+                    raise EdgeRoleError(f"edge {s.edge_id}: {err} (for {s.reconnect_timeout_s:.0f}"
+                                        " s)") from None
                 log.warning("edge %d: %s; looking for its clients again", s.edge_id,
                             printable(err))
+                if attempt and self._stop.wait(TASK_RETRY_S):
+                    return
+                attempt += 1
                 self.directory.refresh()
         assert result is not None
         latency = time.monotonic() - t0

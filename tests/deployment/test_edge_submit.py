@@ -100,3 +100,68 @@ def test_fedcure_edge_refuses_a_reconnect_timeout_that_is_not_positive_seconds(v
                       "127.0.0.1:9092", "--insecure", "--reconnect-timeout", value])
     assert code == 2
     assert "--reconnect-timeout" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ clients that all fail
+class _Directory:
+    def __init__(self) -> None:
+        self.refreshed = 0
+
+    def resolve(self, clients, timeout_s, stop=None):
+        return {c: 100 + c for c in clients}
+
+    def refresh(self) -> None:
+        self.refreshed += 1
+
+
+class _Progress:
+    def start_task(self, *a) -> None: ...
+    def update(self, *a) -> None: ...
+    def end_task(self) -> None: ...
+    def close(self) -> None: ...
+
+
+def _task():
+    from fedcure_app.tasks import EdgeTask
+
+    return EdgeTask(task_id="r3-c0-v3", coalition=0, version=3,
+                    arrays=[np.zeros(2, np.float32)], clients=(0, 1),
+                    frequencies_ghz={0: 1.0, 1: 1.0}, tau_e=2, tau_c=1, lr=0.1,
+                    batch_size=8, seed=0)
+
+
+def _failing_edge(monkeypatch, edge, failures: int):
+    from fedcure_app.flower.edge import EdgeTaskError
+
+    monkeypatch.setattr(serve, "TASK_RETRY_S", 0.01)
+    monkeypatch.setattr(serve, "task_from_proto", lambda wire: wire)
+    calls: list[int] = []
+
+    def run_edge_task(grid, task, mapping, **kw):
+        calls.append(1)
+        if len(calls) <= failures:
+            raise EdgeTaskError("task r3-c0-v3 (coalition 0): no client answered edge round 0")
+        return _result()
+
+    monkeypatch.setattr(serve, "run_edge_task", run_edge_task)
+    edge.directory, edge.progress = _Directory(), _Progress()
+    submitted: list = []
+    edge._submit = lambda result, latency: submitted.append(result) or None
+    return calls, submitted
+
+
+def test_an_edge_whose_clients_all_fail_runs_the_task_again_until_they_answer(monkeypatch, edge):
+    edge.settings = EdgeSettings(cloud="127.0.0.1:9", edge_id=0, advertise="127.0.0.1:9",
+                                 insecure=True, reconnect_timeout_s=30.0)
+    calls, submitted = _failing_edge(monkeypatch, edge, failures=5)
+    edge._serve_task(_task())
+    assert len(calls) == 6 and len(submitted) == 1  # answered (late) once they came back
+    assert edge.directory.refreshed == 5
+
+
+def test_an_edge_gives_up_a_task_only_after_its_reconnect_budget(monkeypatch, edge):
+    calls, submitted = _failing_edge(monkeypatch, edge, failures=10_000)  # budget 0.2 s
+    t0 = time.monotonic()
+    with pytest.raises(EdgeRoleError, match=r"no client answered edge round 0 \(for 0 s\)"):
+        edge._serve_task(_task())
+    assert 0.2 <= time.monotonic() - t0 < 5.0 and len(calls) > 2 and not submitted

@@ -1,0 +1,49 @@
+"""bench/edge_scale.py: which kind a process is, cores per kind over a window, the edge's
+memory, and the table with missing figures."""
+
+from __future__ import annotations
+
+from bench.edge_scale import EDGE_KINDS, Sampler, kind_of, table
+
+
+def test_the_held_superlink_and_a_forked_trainer_are_told_apart():
+    assert kind_of("python3 -m edge_server.held_superlink --host 127.0.0.1", "python3") == \
+        "SuperLink"
+    assert kind_of("python3 -m client.supernode --argv-file f", "python3") == "SuperNode"
+    assert kind_of("python3 -m client.executor --x", "fedcure-trainer") == "trainer"
+    assert kind_of("python3 -m cloud_server.cli --listen x", "python3") == "cloud"
+
+
+def _sampler(series) -> Sampler:
+    s = Sampler(root=0)
+    s.kind = {1: "SuperLink", 2: "SuperNode", 3: "SuperNode", 4: "edge role"}
+    s.series = series
+    return s
+
+
+def test_cores_are_cpu_seconds_per_wall_second_between_the_nearest_samples():
+    s = _sampler([
+        (0.0, {1: 1.0, 2: 2.0}, {}),
+        (10.0, {1: 2.0, 2: 2.5, 3: 0.5}, {}),  # process 3 was born inside the window
+        (20.0, {1: 9.0, 2: 3.0}, {}),
+    ])
+    cores = s.cores(0.1, 9.9)
+    assert cores["SuperLink"] == 0.1
+    assert abs(cores["SuperNode"] - 0.1) < 1e-12  # (0.5 + 0.5) / 10
+    assert s.cores(5.0, 5.0) == {}
+
+
+def test_the_edges_memory_is_the_largest_sum_at_one_sample():
+    s = _sampler([
+        (0.0, {}, {"SuperLink": 100, "edge role": 50, "SuperNode": 999}),
+        (1.0, {}, {"SuperLink": 120, "edge ServerApp": 40}),
+    ])
+    assert s.peak_rss(EDGE_KINDS) == 160
+
+
+def test_missing_figures_show_as_dashes():
+    row = {"clients": 32, "rounds": 0, "wall_median_s": None, "slowest_training_median_s": None,
+           "overhead_median_s": None, "overhead_p95_s": None, "idle_cores": None,
+           "train_cores_by_kind": {}, "edge_rss_mb": 300.0}
+    line = table([row]).splitlines()[-1]
+    assert line.startswith("| 32 | 0 | — |") and line.endswith("| 300 |")
