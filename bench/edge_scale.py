@@ -356,6 +356,7 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
         if len(n) < 2:
             ax.set_xscale("linear")
         ax.set_xticks(n, [str(x) for x in n])
+        ax.minorticks_off()
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
     fig.suptitle(title, fontsize=10)
