@@ -32,9 +32,10 @@ def test_the_patch_fits_the_installed_uvicorn():
     assert check_uvicorn() == []
 
 
-def test_a_quiet_server_answers_and_stops_at_once_though_its_tick_is_long():
-    cls = _quiet_class(30.0)
-    server = cls(uvicorn.Config(_app, host="127.0.0.1", port=0, log_level="warning"))
+def _started(tick_s: float) -> tuple[Server, threading.Thread, list[int]]:
+    """A quiet server on a free port, run in a thread, with the counters of its wake-ups."""
+    server = _quiet_class(tick_s)(uvicorn.Config(_app, host="127.0.0.1", port=0,
+                                                 log_level="warning"))
     ticks: list[int] = []
     on_tick = server.on_tick
 
@@ -45,8 +46,13 @@ def test_a_quiet_server_answers_and_stops_at_once_though_its_tick_is_long():
     server.on_tick = counting
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    while not server.started:
+    while not server.started and thread.is_alive():
         time.sleep(0.02)
+    return server, thread, ticks
+
+
+def test_a_quiet_server_answers_and_stops_at_once_though_its_tick_is_long():
+    server, thread, ticks = _started(30.0)
     port = server.servers[0].sockets[0].getsockname()[1]
     reply = httpx.get(f"http://127.0.0.1:{port}/")
     assert reply.text == "ok" and "date" in reply.headers
@@ -59,22 +65,11 @@ def test_a_quiet_server_answers_and_stops_at_once_though_its_tick_is_long():
 
 
 def test_each_wake_up_refreshes_the_date_header():
-    cls = _quiet_class(0.05)
-    server = cls(uvicorn.Config(_app, host="127.0.0.1", port=0, log_level="warning"))
-    seen: list[int] = []
-    on_tick = server.on_tick
-
-    async def counting(counter: int) -> bool:
-        seen.append(counter)
-        return await on_tick(counter)
-
-    server.on_tick = counting
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
+    server, thread, ticks = _started(0.05)
     time.sleep(0.5)
     server.should_exit = True
     thread.join(5.0)
-    assert len(seen) >= 3 and all(c % 10 == 0 for c in seen)  # on_tick refreshes at % 10
+    assert len(ticks) >= 3 and all(c % 10 == 0 for c in ticks)  # on_tick refreshes at % 10
 
 
 def test_a_changed_uvicorn_is_left_alone():
