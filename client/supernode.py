@@ -12,7 +12,8 @@ module's ``time`` replaced by :class:`IdleClock`, whose ``sleep``
   nothing until a message comes (:mod:`fedcure_app.flower.held_pulls`), an empty pull that took
   :data:`~fedcure_app.flower.held_pulls.HELD_MIN_S` or more is followed by ``idle_min_s`` only,
   so a waiting client asks once per hold and its message is answered the moment it is pushed;
-- turns the 0.5 s reply polls (an in-memory check) into ``reply_poll_s``.
+- turns the 0.5 s reply polls (an in-memory check) into a wait that the ClientApp's push ends
+  (:func:`wake_on_replies`; ``reply_poll_s`` where the Runtime API cannot be hooked).
 
 The patch is applied only to the Flower versions it was written against
 (:data:`SUPPORTED`, the pin in pyproject.toml) and only when the loop's source still has the
@@ -58,13 +59,14 @@ class IdleClock:
 
     ``sleep(3)`` (nothing pulled) waits the current back-off, which doubles from ``idle_min_s``
     to ``idle_max_s``; :meth:`pulled` (a message arrived) resets it. ``sleep(0.5)`` (waiting for
-    the ClientApp's reply) waits ``reply_poll_s``, or, once :func:`wake_on_replies` has hooked the
-    Runtime API, until the ClientApp pushes its reply or an object of it (at most Flower's own
-    0.5 s), so a SuperNode does not spin while its client trains. Other sleeps and attributes are the real
-    ``time`` module's. Within ``hot_s`` seconds of the last pulled message the idle waits stay at
-    most ``hot_max_s`` (an edge round's next message comes a moment after the slowest client's
-    reply; Flower 1.41's Fleet API cannot wait for it, so the SuperNode asks more often while
-    rounds are under way, and backs off once they stop).
+    the ClientApp's reply) waits ``reply_poll_s``, or, once :func:`wake_on_replies` has hooked
+    the Runtime API, until the ClientApp pushes its reply or an object of it (at most Flower's
+    own 0.5 s), so a SuperNode does not spin while its client trains. Other sleeps and
+    attributes are the real ``time`` module's. Within ``hot_s`` seconds of the last pulled
+    message the idle waits stay at most ``hot_max_s`` (an edge round's next message comes a
+    moment after the slowest client's reply; a SuperLink that does not hold pulls cannot wait
+    for it, so the SuperNode asks more often while rounds are under way, and backs off once
+    they stop).
     """
 
     def __init__(self, idle_min_s: float, idle_max_s: float, reply_poll_s: float,

@@ -159,5 +159,5 @@ def writer_from_env(env: dict[str, str] | None = None) -> WakeWriter | None:
     return WakeWriter(path) if path else None
 
 
-__all__ = ["AskPacer", "WAKE_ENV", "WAKE_FALLBACK_S", "WAKE_QUICK_S", "WakeReader", "WakeWriter", "make_fifo", "reader_from_env",
-           "writer_from_env"]
+__all__ = ["AskPacer", "WAKE_ENV", "WAKE_FALLBACK_S", "WAKE_QUICK_S", "WakeReader", "WakeWriter",
+           "make_fifo", "reader_from_env", "writer_from_env"]

@@ -4,10 +4,10 @@ The same SuperLink (same arguments, same code) with its two pull handlers wrappe
 which finds nothing waits for a message instead of answering at once
 (:mod:`fedcure_app.flower.held_pulls`), its web server's worker pool wide enough for one
 held pull per client, and its web server's idle wake-ups cut from ten a second to one every few
-seconds (:mod:`fedcure_app.flower.quiet_server`). ``fedcure-edge`` starts its SuperLink this way. The holds come from the
-environment (:class:`fedcure_app.config.EdgeLinkConfig`: ``FEDCURE_SUPERLINK_HOLD_S``,
-``FEDCURE_SUPERLINK_REPLY_HOLD_S``, ``FEDCURE_SUPERLINK_THREADS``); a bad value stops it with
-one line and exit status 2.
+seconds (:mod:`fedcure_app.flower.quiet_server`). ``fedcure-edge`` starts its SuperLink this
+way. The holds come from the environment (:class:`fedcure_app.config.EdgeLinkConfig`:
+``FEDCURE_SUPERLINK_HOLD_S``, ``FEDCURE_SUPERLINK_REPLY_HOLD_S``,
+``FEDCURE_SUPERLINK_THREADS``); a bad value stops it with one line and exit status 2.
 """
 
 from __future__ import annotations

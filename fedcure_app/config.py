@@ -265,8 +265,8 @@ class WarmClientConfig(_EnvSection):
         0.2, gt=0.0, le=3.0, description="longest SuperNode wait between empty pulls "
         "(Flower's own: 3)")
     supernode_reply_poll_s: float = Field(
-        0.01, gt=0.0, le=0.5, description="SuperNode's poll for the ClientApp's reply "
-        "(Flower's own: 0.5)")
+        0.01, gt=0.0, le=0.5, description="SuperNode's poll for the ClientApp's reply where "
+        "its Runtime API cannot wake it on the push (Flower's own: 0.5)")
     supernode_hot_s: float = Field(
         2.0, ge=0.0, le=600.0, description="for this long after a message the SuperNode's "
         "waits between empty pulls stay at most supernode-hot-max-s (the next edge round's "

@@ -12,11 +12,11 @@ cost grows with the clients of an edge whether or not they train.
 on a :class:`Doorbell` that the two message-push handlers ring once a message *and the content
 objects it announced* are stored (:class:`AwaitedObjects` counts them through the object-push
 handlers; the ServerApp's instructions ring their destination nodes, a node's reply rings the
-replies), then pulls again, so the puller finds every object it then fetches. A message that arrives while a SuperNode waits is therefore answered at once, and
-a SuperNode with nothing coming asks once per ``hold_s`` instead of several times a second. The
-client's SuperNode (:mod:`client.supernode`) sees an empty pull that took at least
-:data:`HELD_MIN_S` as held, and asks again without sleeping; against a SuperLink that does not
-hold it keeps its back-off.
+replies), then pulls again, so the puller finds every object it then fetches. A message that
+arrives while a SuperNode waits is therefore answered at once, and a SuperNode with nothing
+coming asks once per ``hold_s`` instead of several times a second. The client's SuperNode
+(:mod:`client.supernode`) sees an empty pull that took at least :data:`HELD_MIN_S` as held, and
+asks again without sleeping; against a SuperLink that does not hold it keeps its back-off.
 
 A held pull occupies a worker thread of the SuperLink's web server for its wait, and that pool
 has 40 threads by default (anyio's), so :func:`install` also widens it to ``threads``; the
@@ -327,5 +327,6 @@ def widen_thread_pool(threads: int = DEFAULT_THREADS) -> bool:
     return True
 
 
-__all__ = ["AwaitedObjects", "DEFAULT_HOLD_S", "DEFAULT_REPLY_HOLD_S", "DEFAULT_THREADS", "Doorbell", "HELD_MIN_S",
-           "SUPPORTED", "ThreadPoolWidth", "check_flower", "install", "widen_thread_pool"]
+__all__ = ["AwaitedObjects", "DEFAULT_HOLD_S", "DEFAULT_REPLY_HOLD_S", "DEFAULT_THREADS",
+           "Doorbell", "HELD_MIN_S", "SUPPORTED", "ThreadPoolWidth", "check_flower", "install",
+           "widen_thread_pool"]
