@@ -128,10 +128,13 @@ def start_supernode(argv: list[str], work: Path, env: dict[str, str], stop: thre
 
 
 #: seconds between the client's asks whether training is over (``Monitor.Status``): each ask
-#: costs the client and the cloud CPU that an edge round on the same host would use
-STATUS_EVERY_S = 4.0
-#: seconds between the client's looks at its children (SuperNode and executor exited?)
-WATCH_EVERY_S = 1.0
+#: costs the client and the cloud CPU that an edge round on the same host would use, but the
+#: asks must come closer than the cloud's linger after the last round (cloud_server.server:
+#: it answers DONE for 3 s, then stops), or a client misses the end and takes the cloud for lost
+STATUS_EVERY_S = 2.0
+#: seconds between the client's looks at its children (SuperNode and executor exited?); an ask
+#: comes at most STATUS_EVERY_S + WATCH_EVERY_S after the last
+WATCH_EVERY_S = 0.5
 #: where ``fedcure-client`` writes the SuperNode's Runtime API address for an executor started
 #: before the SuperNode (in its work directory)
 RUNTIME_ADDRESS_FILE = "runtime-api-address"

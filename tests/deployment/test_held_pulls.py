@@ -375,3 +375,15 @@ def test_a_woken_executor_asks_once_after_a_task_then_waits_for_the_wake():
     assert quick[0] == 0.005 and all(b == 2 * a for a, b in zip(quick, quick[1:7]))
     assert max(q for q in quick if q < WAKE_FALLBACK_S) <= WAKE_QUICK_S
     assert quick[-1] == WAKE_FALLBACK_S
+
+
+def test_a_client_asks_often_enough_to_see_the_end_of_training():
+    """The cloud answers DONE for ``linger_s`` after the last round, then stops: a client's
+    asks must come closer than that, or it takes the finished cloud for lost."""
+    import inspect
+
+    from client.children import STATUS_EVERY_S, WATCH_EVERY_S
+    from cloud_server.server import serve
+
+    linger = inspect.signature(serve).parameters["linger_s"].default
+    assert STATUS_EVERY_S + WATCH_EVERY_S < linger
