@@ -36,10 +36,13 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(2) from None
     from fedcure_app.flower.held_pulls import install, widen_thread_pool
     from fedcure_app.flower.quiet_server import install as quiet_uvicorn
+    from fedcure_app.flower.quiet_server import on_exit
 
     quiet_uvicorn()  # the web server wakes every few seconds, not 10 times a second
 
-    if install(cfg.superlink_hold_s, cfg.superlink_reply_hold_s) is not None:
+    bell = install(cfg.superlink_hold_s, cfg.superlink_reply_hold_s)
+    if bell is not None:
+        on_exit(bell.close)  # on SIGTERM the held pulls end at once: the server stops at once
         widen_thread_pool(cfg.superlink_threads)
         log.info("held pulls: a SuperNode's up to %.3g s, the ServerApp's up to %.3g s "
                  "(%d worker threads)", cfg.superlink_hold_s, cfg.superlink_reply_hold_s,

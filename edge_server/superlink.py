@@ -33,8 +33,6 @@ log = logging.getLogger("fedcure.edge")
 CONNECTION = "fedcure-edge"
 #: ``module:attribute`` of the edge ServerApp (:mod:`edge_server.app`) that the edge submits.
 EDGE_SERVERAPP = "edge_server.app:app"
-#: seconds between the edge SuperExec's asks for a ServerApp to start (Flower's default: 1)
-SUPEREXEC_POLL_S = "3.0"
 
 
 class SuperLinkError(RuntimeError):
@@ -111,11 +109,8 @@ def start_superlink(work: Path, host: str, port: int, tls: TLSFiles | None,
     argv = superlink_argv(host, port, tls, supernode_auth)
     # Flower's SuperLink with held pulls (edge_server.held_superlink), same arguments
     argv[:1] = [sys.executable, "-m", "edge_server.held_superlink"]
-    # its SuperExec asks for the one ServerApp run at Flower's own pace, not every 50 ms:
-    # each ask is a request to the SuperLink, for as long as the edge lives
     child = Child("flower-superlink", argv, log_path=work / "superlink.log",
-                  env=flower_env(work / "flwr-home", {
-                      "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": SUPEREXEC_POLL_S}), cwd=work)
+                  env=flower_env(work / "flwr-home"), cwd=work)
     end = time.monotonic() + timeout_s
     while time.monotonic() < end:
         if child.poll() is not None:

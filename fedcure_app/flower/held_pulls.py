@@ -63,6 +63,14 @@ class Doorbell:
         self._cond = threading.Condition()
         self._nodes: dict[int, int] = {}
         self._replies = 0
+        self._closed = False
+
+    def close(self) -> None:
+        """The server is stopping: every held pull returns now, and none waits again (a held
+        pull would keep the web server from shutting down for up to its hold)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
 
     def ring_nodes(self, node_ids: Iterable[int]) -> None:
         """Messages for ``node_ids`` were stored."""
@@ -88,12 +96,13 @@ class Doorbell:
     def wait_node(self, node_id: int, mark: int, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for a ring of ``node_id`` after ``mark``; True if one came."""
         with self._cond:
-            return self._cond.wait_for(lambda: self._nodes.get(node_id, 0) != mark, timeout_s)
+            return self._cond.wait_for(
+                lambda: self._closed or self._nodes.get(node_id, 0) != mark, timeout_s)
 
     def wait_replies(self, mark: int, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for a reply after ``mark``; True if one came."""
         with self._cond:
-            return self._cond.wait_for(lambda: self._replies != mark, timeout_s)
+            return self._cond.wait_for(lambda: self._closed or self._replies != mark, timeout_s)
 
 
 class AwaitedObjects:

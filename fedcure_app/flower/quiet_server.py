@@ -23,6 +23,16 @@ from typing import Any
 
 log = logging.getLogger("fedcure.flower.quiet_server")
 
+#: called (once each) when a server of this process is told to stop
+_ON_EXIT: list[Any] = []
+
+
+def on_exit(fn: Any) -> None:
+    """Call ``fn()`` when a server of this process is told to stop (``should_exit`` set): what
+    would hold its shutdown back (held pulls) lets go."""
+    _ON_EXIT.append(fn)
+
+
 #: default seconds between wake-ups of an idle server
 DEFAULT_TICK_S = 5.0
 #: uvicorn's own tick (seconds) and the number of ticks it counts per Date-header refresh
@@ -68,6 +78,9 @@ def install(tick_s: float = DEFAULT_TICK_S, server_class: Any = None) -> bool:
 
     def set_exit(self: Any, value: bool) -> None:
         self.__dict__["_fedcure_should_exit"] = value
+        if value:
+            while _ON_EXIT:
+                _ON_EXIT.pop(0)()
         wake = self.__dict__.get("_fedcure_wake")
         if value and wake is not None:
             loop, event = wake
@@ -96,4 +109,4 @@ def install(tick_s: float = DEFAULT_TICK_S, server_class: Any = None) -> bool:
     return True
 
 
-__all__ = ["DEFAULT_TICK_S", "check_uvicorn", "install"]
+__all__ = ["DEFAULT_TICK_S", "check_uvicorn", "install", "on_exit"]

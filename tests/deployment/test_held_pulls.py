@@ -280,8 +280,8 @@ def test_the_servers_thread_pool_is_widened_on_its_first_request():
 
 
 def test_edge_link_settings_are_range_checked():
-    assert EdgeLinkConfig.from_env({}).superlink_hold_s == 20.0
-    assert EdgeLinkConfig.from_env({"FEDCURE_SUPERLINK_HOLD_S": "0"}).superlink_hold_s == 0.0
+    assert EdgeLinkConfig.from_env({}).superlink_hold_s == 0.0  # opt-in
+    assert EdgeLinkConfig.from_env({"FEDCURE_SUPERLINK_HOLD_S": "20"}).superlink_hold_s == 20.0
     with pytest.raises(ConfigError):
         EdgeLinkConfig.from_env({"FEDCURE_SUPERLINK_HOLD_S": "40"})  # past the 30 s timeout
     with pytest.raises(ConfigError):
@@ -387,3 +387,19 @@ def test_a_client_asks_often_enough_to_see_the_end_of_training():
 
     linger = inspect.signature(serve).parameters["linger_s"].default
     assert STATUS_EVERY_S + WATCH_EVERY_S < linger
+
+
+def test_a_stopping_server_lets_every_held_pull_go_at_once():
+    fleet, runtime, _ = fake_link()
+    bell = install(20.0, 20.0, fleet=fleet, runtime=runtime)
+    waiting, got = _in_thread(fleet.pull_messages, FleetPull(Node(1)), None, None)
+    replies, got_replies = _in_thread(runtime.pull_messages, RuntimePull(["m"]), None, None)
+    time.sleep(0.1)
+    bell.close()
+    waiting.join(2.0)
+    replies.join(2.0)
+    assert not waiting.is_alive() and not replies.is_alive()
+    assert got["took"] < 1.0 and got_replies["took"] < 1.0
+    t0 = time.monotonic()
+    fleet.pull_messages(FleetPull(Node(2)), None, None)  # no new pull waits either
+    assert time.monotonic() - t0 < 0.5

@@ -84,3 +84,14 @@ def test_a_changed_uvicorn_is_left_alone():
     assert not install(1.0, server_class=Changed)
     with pytest.raises(ValueError):
         install(0.0, server_class=types.new_class("X", (Server,)))
+
+
+def test_what_holds_a_shutdown_back_is_let_go_when_the_server_is_told_to_stop():
+    from fedcure_app.flower.quiet_server import on_exit
+
+    server, thread, _ = _started(30.0)
+    released: list[str] = []
+    on_exit(lambda: released.append("held pulls"))
+    server.should_exit = True
+    thread.join(5.0)
+    assert released == ["held pulls"] and not thread.is_alive()
