@@ -40,7 +40,9 @@ def main(argv: list[str] | None = None) -> None:
 
     quiet_uvicorn()  # the web server wakes every few seconds, not 10 times a second
 
-    bell = install(cfg.superlink_hold_s, cfg.superlink_reply_hold_s)
+    # no hold: Flower's handlers unchanged (no ring bookkeeping on every push)
+    held = cfg.superlink_hold_s > 0 or cfg.superlink_reply_hold_s > 0
+    bell = install(cfg.superlink_hold_s, cfg.superlink_reply_hold_s) if held else None
     if bell is not None:
         on_exit(bell.close)  # on SIGTERM the held pulls end at once: the server stops at once
         widen_thread_pool(cfg.superlink_threads)
