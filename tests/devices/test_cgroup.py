@@ -289,7 +289,7 @@ def test_halving_the_directive_really_doubles_a_busy_loop_time():
         work = n * 2  # about 0.1 s of one free core: 0.8 s at an eighth of it
         act.apply(rpi4.f_max_ghz)
         full, half = [], []
-        for _ in range(2):  # interleaved, so that a burst of other load hits both alike
+        for _ in range(3):  # interleaved, so that a burst of other load hits both alike
             act.apply(rpi4.f_max_ghz)
             full.append(_run(child, work))
             act.apply(rpi4.f_max_ghz / 2)
