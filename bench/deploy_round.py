@@ -84,6 +84,51 @@ KINDS = (("flower-superlink", "SuperLink"), ("held_superlink", "SuperLink"),
 OTHER_KIND = "launch/other"
 
 
+
+def process_tree(root: int) -> dict[int, list[str]]:
+    """The /proc/PID/stat fields after the command name, for ``root`` and every process under
+    it (Linux): field 1 is the parent PID, 11 and 12 the user and system CPU ticks, 21 the
+    resident pages."""
+    stats: dict[int, list[str]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    stats[int(d)] = f.read().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+    mine, grew = {root}, True
+    while grew:
+        grew = False
+        for pid, rest in stats.items():
+            if pid not in mine and len(rest) > 1 and rest[1].isdigit() and int(rest[1]) in mine:
+                mine.add(pid)
+                grew = True
+    return {pid: stats[pid] for pid in mine if pid in stats}
+
+
+def process_kind(pid: int) -> str | None:
+    """The kind (:data:`KINDS`) of process ``pid`` from its command line, None when it is gone.
+    A child read between fork and exec shows its parent's command line, so a caller looks again
+    while the kind is "executor" or :data:`OTHER_KIND`; a trainer forked from its executor keeps
+    the executor's command line and names itself instead."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        with open(f"/proc/{pid}/comm") as f:
+            name = f.read().strip()
+    except OSError:
+        return None
+    return kind_of(cmd, name)
+
+
+def kind_of(cmd: str, comm: str) -> str:
+    """The kind of process a command line (and its ``comm`` name) names: :data:`KINDS`."""
+    if comm == "fedcure-trainer":
+        return "trainer"
+    return next((k for part, k in KINDS if part in cmd), OTHER_KIND)
+
+
 class CpuSampler:
     """CPU seconds of every process under ``root`` (Linux /proc), sampled in a thread."""
 
@@ -108,43 +153,17 @@ class CpuSampler:
         self._thread.join()
 
     def _sample(self) -> None:
-        parent: dict[int, int] = {}
-        ticks: dict[int, float] = {}
-        for d in os.listdir("/proc"):
-            if not d.isdigit():
-                continue
+        for pid, rest in process_tree(self.root).items():
             try:
-                with open(f"/proc/{d}/stat") as f:
-                    rest = f.read().rsplit(")", 1)[1].split()
-                parent[int(d)] = int(rest[1])
-                ticks[int(d)] = (int(rest[11]) + int(rest[12])) / self._tick
-            except (OSError, IndexError, ValueError):
-                continue
-        mine = {self.root}
-        changed = True
-        while changed:
-            changed = False
-            for pid, ppid in parent.items():
-                if ppid in mine and pid not in mine:
-                    mine.add(pid)
-                    changed = True
-        for pid in mine:
-            if pid not in ticks:
+                seconds = (int(rest[11]) + int(rest[12])) / self._tick
+            except (IndexError, ValueError):
                 continue
             kind = self.cpu.get(pid, ("", 0.0))[0]
-            if kind in ("", OTHER_KIND, "executor"):  # a child read between fork and exec
-                # has its parent's command line: look again until it names a kind (a trainer
-                # forked from its executor keeps the executor's, and names itself instead)
-                try:
-                    with open(f"/proc/{pid}/cmdline", "rb") as f:
-                        cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
-                    with open(f"/proc/{pid}/comm") as f:
-                        name = f.read().strip()
-                except OSError:
+            if kind in ("", OTHER_KIND, "executor"):
+                kind = process_kind(pid)
+                if kind is None:
                     continue
-                kind = "trainer" if name == "fedcure-trainer" else next(
-                    (k for part, k in KINDS if part in cmd), OTHER_KIND)
-            self.cpu[pid] = (kind, max(ticks[pid], self.cpu.get(pid, ("", 0.0))[1]))
+            self.cpu[pid] = (kind, max(seconds, self.cpu.get(pid, ("", 0.0))[1]))
 
     def _first_round_started(self) -> bool:
         if self.trace_dir is None or not self.trace_dir.is_dir():

@@ -48,7 +48,8 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
-from deploy_round import KINDS, OTHER_KIND, busy_process, collect, stop  # noqa: E402
+from deploy_round import (  # noqa: E402
+    OTHER_KIND, busy_process, collect, process_kind, process_tree, stop)
 
 ROUND_LINE = re.compile(r"task (\S+) edge round (\d+)/(\d+): ([0-9.]+) s wall")
 #: the kinds that make up the edge machine (memory)
@@ -57,13 +58,6 @@ EDGE_KINDS = ("SuperLink", "edge ServerApp", "edge role")
 IDLE_KINDS = ("SuperLink", "SuperNode")
 #: the goals at N = 32 (digits, an otherwise idle 2-core machine)
 GOAL_OVERHEAD_MEDIAN_S, GOAL_IDLE_CORES, GOAL_TRAIN_SUPERLINK_CORES = 1.0, 0.1, 0.5
-
-
-def kind_of(cmd: str, comm: str) -> str:
-    """The kind of process a command line names (deploy_round's table)."""
-    if comm == "fedcure-trainer":
-        return "trainer"
-    return next((k for part, k in KINDS if part in cmd), OTHER_KIND)
 
 
 class Sampler:
@@ -88,37 +82,15 @@ class Sampler:
         self._stop.set()
         self._thread.join()
 
-    def _tree(self) -> dict[int, list[str]]:
-        stats: dict[int, list[str]] = {}
-        for d in os.listdir("/proc"):
-            if d.isdigit():
-                try:
-                    with open(f"/proc/{d}/stat") as f:
-                        stats[int(d)] = f.read().rsplit(")", 1)[1].split()
-                except (OSError, IndexError):
-                    continue
-        mine, grew = {self.root}, True
-        while grew:
-            grew = False
-            for pid, rest in stats.items():
-                if pid not in mine and int(rest[1]) in mine:
-                    mine.add(pid)
-                    grew = True
-        return {pid: stats[pid] for pid in mine if pid in stats}
-
     def sample(self) -> None:
         cpu: dict[int, float] = {}
         rss: dict[str, int] = {}
-        for pid, rest in self._tree().items():
+        for pid, rest in process_tree(self.root).items():
             if self.kind.get(pid, OTHER_KIND) in (OTHER_KIND, "executor"):
-                # between fork and exec a child shows its parent's command line: look again
-                try:
-                    with open(f"/proc/{pid}/cmdline", "rb") as f:
-                        cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
-                    with open(f"/proc/{pid}/comm") as f:
-                        self.kind[pid] = kind_of(cmd, f.read().strip())
-                except OSError:
+                kind = process_kind(pid)  # between fork and exec: the parent's command line
+                if kind is None:
                     continue
+                self.kind[pid] = kind
             cpu[pid] = (int(rest[11]) + int(rest[12])) / self._tick
             k = self.kind[pid]
             rss[k] = rss.get(k, 0) + int(rest[21]) * self._page

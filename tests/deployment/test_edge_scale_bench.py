@@ -3,7 +3,12 @@ memory, and the table with missing figures."""
 
 from __future__ import annotations
 
-from bench.edge_scale import EDGE_KINDS, Sampler, kind_of, table
+import os
+import subprocess
+import sys
+
+from bench.deploy_round import kind_of, process_kind, process_tree
+from bench.edge_scale import EDGE_KINDS, Sampler, table
 
 
 def test_the_held_superlink_and_a_forked_trainer_are_told_apart():
@@ -12,6 +17,26 @@ def test_the_held_superlink_and_a_forked_trainer_are_told_apart():
     assert kind_of("python3 -m client.supernode --argv-file f", "python3") == "SuperNode"
     assert kind_of("python3 -m client.executor --x", "fedcure-trainer") == "trainer"
     assert kind_of("python3 -m cloud_server.cli --listen x", "python3") == "cloud"
+
+
+def test_the_process_tree_holds_a_child_and_its_grandchild_and_not_its_parent():
+    child = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
+                              "subprocess.Popen([sys.executable, '-c', 'import time; "
+                              "time.sleep(30)']); time.sleep(30)"], stdout=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            tree = process_tree(child.pid)
+            if len(tree) >= 2:
+                break
+            subprocess.run(["sleep", "0.05"])
+        assert child.pid in tree and len(tree) == 2 and os.getpid() not in tree
+        grandchild = next(pid for pid in tree if pid != child.pid)
+        assert int(tree[grandchild][1]) == child.pid  # field 1: the parent
+    finally:
+        for pid in process_tree(child.pid):
+            os.kill(pid, 9)
+        child.wait()
+    assert process_kind(child.pid) is None  # reaped: gone from /proc
 
 
 def _sampler(series) -> Sampler:
