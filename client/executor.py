@@ -450,8 +450,12 @@ def main(argv: list[str] | None = None) -> int:
     trainer = Trainer(cfg.trainer_restarts, data_file=args.data_file, stop=stop)
     trainer.spawn()
 
-    def on_signal(_signum: int, _frame: Any) -> None:
+    wakers: list[Any] = []  # a stop ends the executor's wait for a wake-up at once
+
+    def on_signal(_signum: Any = None, _frame: Any = None) -> None:
         stop.set()
+        for w in wakers:
+            w.interrupt()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
@@ -461,7 +465,7 @@ def main(argv: list[str] | None = None) -> int:
         def watch() -> None:
             while alive(args.parent_pid) and not stop.is_set():
                 time.sleep(0.5)
-            stop.set()
+            on_signal()
 
         threading.Thread(target=watch, name="watch-parent", daemon=True).start()
     try:
@@ -473,6 +477,7 @@ def main(argv: list[str] | None = None) -> int:
         from client.wake import reader_from_env
 
         waker = reader_from_env()
+        wakers.extend([waker] if waker is not None else [])
         try:
             serve(address, secret, stop, cfg, trainer, waker)
         finally:

@@ -61,6 +61,14 @@ class WakeReader:
             pass
         return True
 
+    def interrupt(self) -> None:
+        """End a :meth:`wait` now (from a signal handler or another thread): the executor's
+        stop must not wait out a long fallback. Never blocks or raises."""
+        try:
+            os.write(self._keep, b"\0")
+        except OSError:  # full (a wake-up is pending anyway) or closed
+            pass
+
     def close(self) -> None:
         for fd in (self._fd, self._keep):
             try:

@@ -174,3 +174,31 @@ def test_the_supernode_wakes_the_executor_through_the_fifo_and_a_missing_reader_
     finally:
         reader.close()
     writer.notify()  # the reader is gone: still harmless
+
+
+def test_a_stop_ends_the_executors_wait_for_a_wake_up_at_once(tmp_path: Path):
+    """The executor waits up to 30 s for a wake-up between asks; SIGTERM (its handler calls
+    ``interrupt``) must end that wait at once, or a stopped client is killed after its grace."""
+    import signal
+    import threading
+    import time
+
+    from client.wake import WAKE_FALLBACK_S, WakeReader, make_fifo
+
+    fifo = make_fifo(tmp_path / "wake.fifo")
+    assert fifo is not None
+    reader = WakeReader(fifo)
+    old = signal.signal(signal.SIGALRM, lambda *_: reader.interrupt())
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.1)  # a signal handler, as the executor's
+        t0 = time.monotonic()
+        assert reader.wait(WAKE_FALLBACK_S) is True
+        assert time.monotonic() - t0 < 5.0
+        threading.Timer(0.1, reader.interrupt).start()  # the parent-watching thread
+        t0 = time.monotonic()
+        assert reader.wait(WAKE_FALLBACK_S) is True and time.monotonic() - t0 < 5.0
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+        reader.close()
+    reader.interrupt()  # closed: harmless
