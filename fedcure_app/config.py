@@ -319,11 +319,11 @@ class EdgeLinkConfig(_EnvSection):
     each edge. Times in seconds."""
 
     superlink_hold_s: float = Field(
-        0.0, ge=0.0, le=25.0, description="how long a SuperNode's pull that finds no message "
+        20.0, ge=0.0, le=25.0, description="how long a SuperNode's pull that finds no message "
         "waits for one at the SuperLink (0: answer at once, as Flower does; below the "
         "SuperNode's 30 s request timeout)")
     superlink_reply_hold_s: float = Field(
-        0.0, ge=0.0, le=25.0, description="how long the edge ServerApp's pull of its clients' "
+        2.0, ge=0.0, le=25.0, description="how long the edge ServerApp's pull of its clients' "
         "replies waits for one when none is in (0: answer at once)")
     superlink_threads: int = Field(
         512, ge=40, le=10_000, description="worker threads of the SuperLink's web server (a "

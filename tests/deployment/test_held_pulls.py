@@ -280,7 +280,9 @@ def test_the_servers_thread_pool_is_widened_on_its_first_request():
 
 
 def test_edge_link_settings_are_range_checked():
-    assert EdgeLinkConfig.from_env({}).superlink_hold_s == 0.0  # opt-in
+    held = EdgeLinkConfig.from_env({})  # on by default, and Flower's behaviour at 0
+    assert (held.superlink_hold_s, held.superlink_reply_hold_s) == (20.0, 2.0)
+    assert EdgeLinkConfig.from_env({"FEDCURE_SUPERLINK_HOLD_S": "0"}).superlink_hold_s == 0.0
     assert EdgeLinkConfig.from_env({"FEDCURE_SUPERLINK_HOLD_S": "20"}).superlink_hold_s == 20.0
     with pytest.raises(ConfigError):
         EdgeLinkConfig.from_env({"FEDCURE_SUPERLINK_HOLD_S": "40"})  # past the 30 s timeout

@@ -82,13 +82,13 @@ def test_launch_runs_every_round_and_leaves_results(launched):
         assert Path(c["log"]).is_file() and Path(c["work_dir"]).is_dir()
 
 
-def test_every_client_stops_its_executor_and_supernode_without_killing_them(launched):
-    """A clean shutdown: each client's executor and SuperNode exit on SIGTERM within the
-    grace, so no client log says a child 'ignored SIGTERM'."""
+def test_every_role_stops_its_children_without_killing_them(launched):
+    """A clean shutdown: each client's executor and SuperNode, and each edge's SuperLink (its
+    pulls held), exit on SIGTERM within the grace, so no log says a child 'ignored SIGTERM'."""
     out, done = launched
     assert done.returncode == 0, _diagnostics(out, done)
-    for i in range(CLIENTS):
-        text = (out / "logs" / f"client{i}.log").read_text()
+    for name in [*(f"client{i}" for i in range(CLIENTS)), *(f"edge{e}" for e in range(EDGES))]:
+        text = (out / "logs" / f"{name}.log").read_text()
         assert "ignored SIGTERM" not in text, text[-1500:]
 
 
