@@ -33,6 +33,10 @@ log = logging.getLogger("fedcure.edge")
 CONNECTION = "fedcure-edge"
 #: ``module:attribute`` of the edge ServerApp (:mod:`edge_server.app`) that the edge submits.
 EDGE_SERVERAPP = "edge_server.app:app"
+#: seconds between the edge SuperExec's asks for a ServerApp to start (Flower's own default):
+#: it starts the one edge ServerApp once, but keeps asking for as long as the edge lives, and
+#: at FedCure's 50 ms for other Flower processes those asks cost the SuperLink 0.1 core
+SUPEREXEC_POLL_S = "1.0"
 
 
 class SuperLinkError(RuntimeError):
@@ -102,6 +106,12 @@ def superlink_argv(host: str, port: int, tls: TLSFiles | None,
     return argv
 
 
+def superlink_env(work: Path) -> dict[str, str]:
+    """The environment of the edge's SuperLink: Flower offline, its home in ``work``, and its
+    SuperExec asking for ServerApps every :data:`SUPEREXEC_POLL_S` seconds."""
+    return flower_env(work / "flwr-home", {"FLWR_SUPEREXEC_TASK_POLL_INTERVAL": SUPEREXEC_POLL_S})
+
+
 def start_superlink(work: Path, host: str, port: int, tls: TLSFiles | None,
                     timeout_s: float = 180.0, supernode_auth: bool = False) -> Child:
     """Start the SuperLink (log in ``work/superlink.log``) and wait until it accepts
@@ -110,7 +120,7 @@ def start_superlink(work: Path, host: str, port: int, tls: TLSFiles | None,
     # Flower's SuperLink with held pulls (edge_server.held_superlink), same arguments
     argv[:1] = [sys.executable, "-m", "edge_server.held_superlink"]
     child = Child("flower-superlink", argv, log_path=work / "superlink.log",
-                  env=flower_env(work / "flwr-home"), cwd=work)
+                  env=superlink_env(work), cwd=work)
     end = time.monotonic() + timeout_s
     while time.monotonic() < end:
         if child.poll() is not None:

@@ -105,3 +105,16 @@ def test_a_venvs_scripts_are_found_beside_its_unresolved_interpreter(monkeypatch
     assert flower_bin("flower-superexec") == str(tool)
     assert processes.path_with_scripts("/usr/bin").split(os.pathsep) == [str(venv_bin),
                                                                          "/usr/bin"]
+
+
+def test_the_edge_superexec_asks_for_serverapps_at_flowers_pace_not_every_50_ms(tmp_path):
+    """Every other Flower process FedCure starts polls its SuperExec every 50 ms; the edge's
+    starts one ServerApp and keeps asking for as long as the edge lives, each ask a request its
+    SuperLink answers, so it asks once a second."""
+    from edge_server.superlink import superlink_env
+    from fedcure_app.runtime.processes import FLOWER_OFFLINE_ENV
+
+    env = superlink_env(tmp_path)
+    assert float(env["FLWR_SUPEREXEC_TASK_POLL_INTERVAL"]) >= 1.0
+    assert float(FLOWER_OFFLINE_ENV["FLWR_SUPEREXEC_TASK_POLL_INTERVAL"]) < 1.0
+    assert env["FLWR_HOME"] == str(tmp_path / "flwr-home")
