@@ -237,6 +237,11 @@ def launch(out: Path, clients: int, args: argparse.Namespace) -> dict[str, Any]:
             code = None
             proc.kill()
             proc.wait()
+        except KeyboardInterrupt:  # Ctrl-C: the cloud goes on, then the launch stops its roles
+            pauser.stop()
+            proc.send_signal(signal.SIGINT)
+            proc.wait(120)
+            raise
         finally:
             pauser.stop()
             sampler.stop()
