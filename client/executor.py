@@ -477,7 +477,8 @@ def main(argv: list[str] | None = None) -> int:
         from client.wake import reader_from_env
 
         waker = reader_from_env()
-        wakers.extend([waker] if waker is not None else [])
+        if waker is not None:
+            wakers.append(waker)
         try:
             serve(address, secret, stop, cfg, trainer, waker)
         finally:

@@ -19,6 +19,16 @@ import sys
 log = logging.getLogger("fedcure.edge.superlink")
 
 
+def holds(hold_s: float, reply_hold_s: float, *, quiet: bool) -> tuple[float, float]:
+    """The holds to install (seconds): the configured ones, or none (logged) when the web
+    server's stop hook could not be installed (``quiet`` False), since a held pull that nothing
+    lets go on SIGTERM keeps the SuperLink from stopping for up to its hold."""
+    if quiet or (hold_s <= 0 and reply_hold_s <= 0):
+        return hold_s, reply_hold_s
+    log.warning("pulls are not held: uvicorn's stop cannot let a held pull go")
+    return 0.0, 0.0
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run ``flower-superlink`` (arguments as for it) with held pulls installed."""
     handler = logging.StreamHandler()
@@ -38,11 +48,12 @@ def main(argv: list[str] | None = None) -> None:
     from fedcure_app.flower.quiet_server import install as quiet_uvicorn
     from fedcure_app.flower.quiet_server import on_exit
 
-    quiet_uvicorn()  # the web server wakes every few seconds, not 10 times a second
-
+    # the web server wakes every few seconds, not 10 times a second; its stop hook (on_exit)
+    # is what lets held pulls go, so without it nothing is held
+    hold_s, reply_hold_s = holds(cfg.superlink_hold_s, cfg.superlink_reply_hold_s,
+                                 quiet=quiet_uvicorn())
     # no hold: Flower's handlers unchanged (no ring bookkeeping on every push)
-    held = cfg.superlink_hold_s > 0 or cfg.superlink_reply_hold_s > 0
-    bell = install(cfg.superlink_hold_s, cfg.superlink_reply_hold_s) if held else None
+    bell = install(hold_s, reply_hold_s) if hold_s > 0 or reply_hold_s > 0 else None
     if bell is not None:
         on_exit(bell.close)  # on SIGTERM the held pulls end at once: the server stops at once
         widen_thread_pool(cfg.superlink_threads)

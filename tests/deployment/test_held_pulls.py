@@ -405,3 +405,13 @@ def test_a_stopping_server_lets_every_held_pull_go_at_once():
     t0 = time.monotonic()
     fleet.pull_messages(FleetPull(Node(2)), None, None)  # no new pull waits either
     assert time.monotonic() - t0 < 0.5
+
+
+def test_no_pull_is_held_where_the_servers_stop_cannot_let_it_go(caplog):
+    from edge_server.held_superlink import holds
+
+    assert holds(20.0, 2.0, quiet=True) == (20.0, 2.0)
+    assert holds(0.0, 0.0, quiet=False) == (0.0, 0.0)
+    with caplog.at_level("WARNING", logger="fedcure.edge.superlink"):
+        assert holds(20.0, 2.0, quiet=False) == (0.0, 0.0)
+    assert "not held" in caplog.text
