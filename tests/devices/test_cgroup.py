@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -285,22 +286,21 @@ def test_halving_the_directive_really_doubles_a_busy_loop_time():
         # the quota is under test, not the scheduler's fairness: other load on this machine
         # must not keep the loop from the share the quota allows
         os.setpriority(os.PRIO_PROCESS, child.pid, -10)
+        # and on one CPU, so that the quota is not spent on two CPUs' runqueues at once
+        os.sched_setaffinity(child.pid, {0})
         assert str(child.pid) in (act.path / "cgroup.procs").read_text().split()
         work = n * 2  # about 0.1 s of one free core: 0.8 s at an eighth of it
-        act.apply(rpi4.f_max_ghz)
-        full, half = [], []
-        for _ in range(3):  # interleaved, so that a burst of other load hits both alike
+        full, ratios = [], []
+        for _ in range(5):  # interleaved pairs, so that a burst of other load hits both alike
             act.apply(rpi4.f_max_ghz)
             full.append(_run(child, work))
             act.apply(rpi4.f_max_ghz / 2)
-            half.append(_run(child, work))
-        full, half = min(full), min(half)
-        # an eighth of a core: about 8x longer. The kernel hands out quota in 5 ms slices per
-        # CPU (sched_cfs_bandwidth_slice_us), so a 2.5 ms quota can be overrun within a
-        # period on a 2-core machine: the absolute figure gets +-25 %; the ratio below is
-        # what a directive must change (the issue's 1.7-2.3x)
-        assert 6.0 <= full <= 10.0, (full, os.getloadavg())
-        assert 1.7 <= half / full <= 2.3, (full, half, os.getloadavg())
+            ratios.append(_run(child, work) / full[-1])
+        # an eighth of a core: about 8x longer. The kernel enforces a quota at its tick, so one
+        # run may get a little more than its share; the median pair says what a directive does
+        # (the issue's 1.7-2.3x), not the luckiest run of either kind
+        assert 6.0 <= statistics.median(full) <= 10.0, (full, os.getloadavg())
+        assert 1.7 <= statistics.median(ratios) <= 2.3, (full, ratios, os.getloadavg())
     finally:
         if act is not None:
             act.close()
