@@ -19,9 +19,11 @@
 #      not used (graphs off: --no-cuda-graphs; batched broken: --executor inprocess);
 #   4. times one CIFAR-10 Table 1 run alone (bench/one_run.py: FedCure, seed 0, reading
 #      momentum, stored in the run cache; at most 240 s; ALONE=0 skips it);
-#   5. runs the sets named by SETS (default "cifar10:momentum:8 cifar10:literal:8":
-#      dataset:reading:jobs), all at once, each Table 1, then Fig. 3 (clustering), then Fig. 4
-#      (efficiency), every job process sharing the GPU;
+#   5. runs the sets named by SETS (default "cifar10:momentum:4 cifar10:literal:4":
+#      dataset:reading:jobs), one after another, each Table 1, then Fig. 3 (clustering), then
+#      Fig. 4 (efficiency), a set's job processes sharing the GPU (four CIFAR-10 runs at a time
+#      finish in about 100 s each on an H200; fifteen at a time, two finished within 480 s, and
+#      an unfinished run is lost when the command stops);
 #   6. after SECONDS (default 540) from its start, interrupts what still runs (Ctrl-C: what
 #      finished stays in the run cache, a rerun resumes) and packs into OUT: results.tar.gz
 #      (the scratch results folder: run caches, summaries, figures), the logs, bench.txt,
@@ -109,13 +111,18 @@ run_set() {  # dataset reading jobs
   done
 }
 
-set -m  # each set in its own process group, so Ctrl-C reaches all its processes
+run_sets() {  # one set after another: what a set leaves unfinished is lost at the stop
+  local spec ds reading jobs
+  for spec in ${SETS:-cifar10:momentum:4 cifar10:literal:4}; do
+    IFS=: read -r ds reading jobs <<< "$spec"
+    run_set "$ds" "$reading" "$jobs" > "$out/$ds-$reading.log" 2>&1
+  done
+}
+
+set -m  # the sets in their own process group, so Ctrl-C reaches all their processes
 pids=()
-for spec in ${SETS:-cifar10:momentum:8 cifar10:literal:8}; do
-  IFS=: read -r ds reading jobs <<< "$spec"
-  run_set "$ds" "$reading" "$jobs" > "$out/$ds-$reading.log" 2>&1 &
-  pids+=($!)
-done
+run_sets &
+pids+=($!)
 running() { local p; for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && return 0; done; return 1; }
 # every 10 s: the GPU's utilisation and memory, and each compute process's memory (gpu-use.log)
 sampled=0
