@@ -272,6 +272,9 @@ def main(argv: list[str] | None = None) -> None:
         wake_on_replies(clock)
         log.info("SuperNode idle wait %.3g..%.3g s, reply poll %.3g s (Flower's: 3 s, 0.5 s)",
                  clock.idle_min_s, clock.idle_max_s, clock.reply_poll_s)
+    from fedcure_app.flower.object_batches import install_client
+
+    install_client()  # a message's objects in one request each way (where the SuperLink can)
     from flwr.supernode.cli.flower_supernode import flower_supernode
 
     args = sys.argv[1:] if argv is None else list(argv)

@@ -33,7 +33,8 @@ def main(argv: list[str] | None = None) -> None:
     """Run ``flower-superlink`` (arguments as for it) with held pulls installed."""
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-    for name in ("fedcure.edge.superlink", "fedcure.flower.held_pulls"):
+    for name in ("fedcure.edge.superlink", "fedcure.flower.held_pulls",
+                 "fedcure.flower.object_batches"):
         logging.getLogger(name).addHandler(handler)  # Flower configures its own logger
         logging.getLogger(name).setLevel(logging.INFO)
         logging.getLogger(name).propagate = False
@@ -60,6 +61,10 @@ def main(argv: list[str] | None = None) -> None:
         log.info("held pulls: a SuperNode's up to %.3g s, the ServerApp's up to %.3g s "
                  "(%d worker threads)", cfg.superlink_hold_s, cfg.superlink_reply_hold_s,
                  cfg.superlink_threads)
+    from fedcure_app.flower.object_batches import PULL_PATH, PUSH_PATH, install_server
+
+    if install_server():  # a SuperNode's objects of a message in one request each way
+        log.info("object batches: %s and %s", PULL_PATH, PUSH_PATH)
     from flwr.superlink.cli.flower_superlink import flower_superlink
 
     sys.argv = ["flower-superlink", *(sys.argv[1:] if argv is None else argv)]
