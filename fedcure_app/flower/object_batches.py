@@ -88,6 +88,15 @@ def _inner(batch: Any, request_type: type) -> list[Any]:
     return requests
 
 
+_first = threading.Event()
+
+
+def _first_batch(node_id: int) -> None:
+    if not _first.is_set():
+        _first.set()
+        log.info("object batches in use (the first from node %d)", node_id)
+
+
 def pull_batch(batch: Any, state: Any, pull: Callable[..., Any],
                max_bytes: int = MAX_REPLY_BYTES) -> Any:
     """Answer each pull of ``batch`` with ``pull(request=, state=)`` (Flower's handler), in
@@ -95,6 +104,7 @@ def pull_batch(batch: Any, state: Any, pull: Callable[..., Any],
     from flwr.proto.message_pb2 import PullObjectRequest, PullObjectResponse
 
     reply, size = ObjectBatchReply(), 0
+    _first_batch(batch.node_id)
     for request in _inner(batch, PullObjectRequest):
         if size >= max_bytes:
             answer = PullObjectResponse(object_found=True, object_available=False)
@@ -212,24 +222,28 @@ class Batcher:
     def pulled(self, client: Any, request: Any) -> bytes | None:
         """The serialized ``PullObjectResponse`` for ``request`` from a batch, or None when
         it is not one of the wanted objects or batching is off (then pull it alone)."""
+        from flwr.proto.message_pb2 import PullObjectRequest, PullObjectResponse
+
         with self._lock:
             oid = request.object_id
-            if oid in self._ready:
-                return self._ready.pop(oid)
-            if not self.enabled or oid not in self._wanted:
-                return None
-            from flwr.proto.message_pb2 import PullObjectRequest
-
-            ids = [i for i in self._wanted if i not in self._ready]
-            inner = [PullObjectRequest(node=request.node, run_id=request.run_id, object_id=i)
-                     for i in ids]
-            try:
-                replies = self._send(client, PULL_PATH, inner)
-            except Exception as err:  # noqa: BLE001 - any failure: Flower's own path
-                self._failed(err)
-                return None
-            self._ready.update(zip(ids, replies))
-            return self._ready.pop(oid)
+            if oid not in self._ready:
+                if not self.enabled or oid not in self._wanted:
+                    return None
+                ids = [i for i in self._wanted if i not in self._ready]
+                inner = [PullObjectRequest(node=request.node, run_id=request.run_id,
+                                           object_id=i) for i in ids]
+                try:
+                    replies = self._send(client, PULL_PATH, inner)
+                except Exception as err:  # noqa: BLE001 - any failure: Flower's own path
+                    self._failed(err)
+                    return None
+                self._ready.update(zip(ids, replies))
+            raw = self._ready.pop(oid)
+            reply = PullObjectResponse.FromString(raw)
+            if reply.object_found and not reply.object_available:
+                return raw  # asked for again after Flower's back-off: still wanted
+            self._wanted.remove(oid)  # handed out (or not found): a later batch leaves it out
+            return raw
 
     @contextlib.contextmanager
     def collecting(self) -> Iterator[list[tuple[Any, Any]]]:

@@ -92,6 +92,15 @@ def test_every_role_stops_its_children_without_killing_them(launched):
         assert "ignored SIGTERM" not in text, text[-1500:]
 
 
+def test_supernodes_move_their_objects_in_batches(launched):
+    """Each edge's SuperLink took a SuperNode's objects of a message in one request."""
+    out, done = launched
+    assert done.returncode == 0, _diagnostics(out, done)
+    for e in range(EDGES):
+        text = (out / "work" / f"edge{e}" / "superlink.log").read_text()
+        assert "object batches in use" in text, text[-1500:]
+
+
 def test_clients_trained_on_the_edge_servers_formation_chose(launched):
     out, done = launched
     assert done.returncode == 0, _diagnostics(out, done)

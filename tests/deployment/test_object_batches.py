@@ -1,0 +1,302 @@
+"""A message's objects in one request each way between a SuperNode and the edge's SuperLink
+(fedcure_app/flower/object_batches.py): the SuperLink's batch routes, and the SuperNode's client
+that batches what Flower asks of it one object at a time."""
+
+from __future__ import annotations
+
+import threading
+
+import httpx
+import pytest
+from flwr.proto.message_pb2 import (
+    PullObjectRequest,
+    PullObjectResponse,
+    PushObjectRequest,
+    PushObjectResponse,
+)
+from flwr.proto.node_pb2 import Node
+from flwr.supercore.inflatable.inflatable_utils import ObjectPushError, pull_objects
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fedcure_app.flower import object_batches as ob
+
+
+def _pull(node: int, oid: str, run: int = 7) -> PullObjectRequest:
+    return PullObjectRequest(node=Node(node_id=node), run_id=run, object_id=oid)
+
+
+def _push(node: int, oid: str, content: bytes = b"x") -> PushObjectRequest:
+    return PushObjectRequest(node=Node(node_id=node), run_id=7, object_id=oid,
+                             object_content=content, session_id="s")
+
+
+def _batch(node: int, requests) -> object:
+    return ob.ObjectBatch(node_id=node, requests=[r.SerializeToString() for r in requests])
+
+
+def _replies(reply, kind):
+    out = []
+    for raw in reply.replies:
+        r = kind()
+        r.ParseFromString(raw)
+        out.append(r)
+    return out
+
+
+# ----------------------------------------------------------------------------- the SuperLink
+
+
+class Store:
+    """Flower's handlers' effect, as far as a batch sees it: objects by id, b"" = not yet."""
+
+    def __init__(self, objects: dict[str, bytes]):
+        self.objects = dict(objects)
+        self.calls: list[tuple[str, object]] = []
+
+    def pull(self, *, request, state):
+        self.calls.append(("pull", state))
+        content = self.objects.get(request.object_id)
+        if content is None:
+            return PullObjectResponse(object_found=False, object_available=False)
+        return PullObjectResponse(object_found=True, object_available=content != b"",
+                                  object_content=content)
+
+    def push(self, *, request, state):
+        self.calls.append(("push", state))
+        self.objects[request.object_id] = request.object_content
+        return PushObjectResponse(stored=True)
+
+
+def test_a_pull_batch_answers_each_object_in_order_through_flowers_handler():
+    store = Store({"a": b"AA", "b": b"", "c": b"C"})
+    reply = ob.pull_batch(_batch(3, [_pull(3, i) for i in "abcz"]), "state", store.pull)
+    got = _replies(reply, PullObjectResponse)
+    assert [(r.object_found, r.object_available, r.object_content) for r in got] == [
+        (True, True, b"AA"), (True, False, b""), (True, True, b"C"), (False, False, b"")]
+    assert store.calls == [("pull", "state")] * 4
+
+
+def test_a_batch_naming_another_node_than_the_signer_is_refused_whole():
+    store = Store({"a": b"A"})
+    with pytest.raises(ob.ForeignNode):
+        ob.pull_batch(_batch(3, [_pull(3, "a"), _pull(4, "a")]), None, store.pull)
+    with pytest.raises(ob.ForeignNode):
+        ob.push_batch(_batch(3, [_push(5, "a")]), None, store.push)
+    assert store.objects == {"a": b"A"}
+
+
+@given(st.lists(st.integers(min_value=0, max_value=50), min_size=1, max_size=12),
+       st.integers(min_value=1, max_value=200))
+def test_a_pull_reply_stops_adding_contents_past_its_cap(sizes, cap):
+    objects = {f"o{i}": b"x" * n for i, n in enumerate(sizes)}
+    store = Store(objects)
+    got = _replies(ob.pull_batch(_batch(1, [_pull(1, k) for k in objects]), None, store.pull,
+                                 max_bytes=cap), PullObjectResponse)
+    total = 0
+    for (key, content), r in zip(objects.items(), got):
+        if total < cap:
+            assert r.object_content == content and r.object_available == (content != b"")
+            total += len(content)
+        else:  # asked for again by the SuperNode, like any object not there yet
+            assert (r.object_found, r.object_available, r.object_content) == (True, False, b"")
+
+
+def test_a_push_batch_stores_every_object_through_flowers_handler():
+    store = Store({})
+    reply = ob.push_batch(_batch(2, [_push(2, "a", b"1"), _push(2, "b", b"2")]), "st", store.push)
+    assert [r.stored for r in _replies(reply, PushObjectResponse)] == [True, True]
+    assert store.objects == {"a": b"1", "b": b"2"}
+
+
+def test_the_routes_are_served_behind_flowers_protobuf_translation():
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+    from flwr.superlink.dependencies.linkstate import get_linkstate
+    from flwr.superlink.servicer.fleet import fleet_handlers
+    from flwr.supercore.protobuf.translation import (
+        PROTOBUF_REQUEST_TYPES,
+        ProtobufTranslationMiddleware,
+    )
+
+    store = Store({"a": b"AA"})
+    app = FastAPI()
+    app.add_middleware(ProtobufTranslationMiddleware)
+    app.include_router(ob.batch_router())
+    app.dependency_overrides[get_linkstate] = lambda: "state"
+    saved = dict(PROTOBUF_REQUEST_TYPES)
+    PROTOBUF_REQUEST_TYPES[("POST", ob.PULL_PATH)] = ob.ObjectBatch
+    PROTOBUF_REQUEST_TYPES[("POST", ob.PUSH_PATH)] = ob.ObjectBatch
+    mp = pytest.MonkeyPatch()
+    mp.setattr(fleet_handlers, "pull_object", store.pull)
+    mp.setattr(fleet_handlers, "push_object", store.push)
+    try:
+        with TestClient(app) as http:
+            headers = {"content-type": "application/protobuf", "accept": "application/protobuf"}
+            r = http.post(ob.PUSH_PATH, headers=headers,
+                          content=_batch(9, [_push(9, "b", b"BB")]).SerializeToString())
+            assert r.status_code == 200, r.text
+            r = http.post(ob.PULL_PATH, headers=headers,
+                          content=_batch(9, [_pull(9, "a"), _pull(9, "b")]).SerializeToString())
+            assert r.status_code == 200, r.text
+            got = _replies(ob.ObjectBatchReply.FromString(r.content), PullObjectResponse)
+            assert [g.object_content for g in got] == [b"AA", b"BB"]
+            r = http.post(ob.PULL_PATH, headers=headers,
+                          content=_batch(9, [_pull(8, "a")]).SerializeToString())
+            assert r.status_code == 401
+    finally:
+        mp.undo()
+        PROTOBUF_REQUEST_TYPES.clear()
+        PROTOBUF_REQUEST_TYPES.update(saved)
+
+
+# ----------------------------------------------------------------------------- the SuperNode
+
+
+class Link:
+    """A SuperLink as the batcher's ``send`` sees it, counting requests."""
+
+    def __init__(self, objects: dict[str, bytes], status: int | None = None):
+        self.store = Store(objects)
+        self.requests: list[tuple[str, int]] = []
+        self.status = status
+
+    def send(self, client, path, requests):
+        self.requests.append((path, len(requests)))
+        if self.status is not None:
+            raise httpx.HTTPStatusError("no", request=httpx.Request("POST", "http://x"),
+                                        response=httpx.Response(self.status))
+        batch = _batch(requests[0].node.node_id, requests)
+        answer = ob.pull_batch if path == ob.PULL_PATH else ob.push_batch
+        handler = self.store.pull if path == ob.PULL_PATH else self.store.push
+        return list(answer(batch, None, handler).replies)
+
+
+class OneByOne:
+    """Flower's Fleet client as far as objects go: one request per object."""
+
+    def __init__(self, link: Link):
+        self.link = link
+
+    def PullObject(self, request):  # noqa: N802
+        self.link.requests.append(("pull-object", 1))
+        return self.link.store.pull(request=request, state=None)
+
+    def PushObject(self, request):  # noqa: N802
+        self.link.requests.append(("push-object", 1))
+        return self.link.store.push(request=request, state=None)
+
+
+def _client(link: Link):
+    batcher = ob.Batcher(link.send)
+    return batcher, ob.batching_client(OneByOne, batcher)(link)
+
+
+def _pull_all(batcher, client, ids, **kw):
+    def fn(oid):
+        r = client.PullObject(_pull(4, oid))
+        if not r.object_found:
+            raise RuntimeError(oid)
+        if not r.object_available:
+            from flwr.supercore.inflatable.inflatable_utils import ObjectUnavailableError
+            raise ObjectUnavailableError(oid)
+        return r.object_content
+
+    return ob.batched_pulls(pull_objects, batcher)(ids, fn, initial_backoff=0.001,
+                                                    backoff_cap=0.002, **kw)
+
+
+def test_a_messages_objects_come_in_one_request():
+    objects = {f"o{i}": bytes([i]) * 3 for i in range(6)}
+    link = Link(objects)
+    batcher, client = _client(link)
+    assert _pull_all(batcher, client, list(objects)) == objects
+    assert link.requests == [(ob.PULL_PATH, 6)]
+
+
+def test_objects_not_there_yet_are_asked_for_again_in_a_batch_of_the_missing_ones():
+    link = Link({"a": b"A", "b": b""})
+    batcher, client = _client(link)
+    done = {}
+    t = threading.Thread(target=lambda: done.update(_pull_all(batcher, client, ["a", "b"])))
+    t.start()
+    while len(link.requests) < 2:
+        pass
+    link.store.objects["b"] = b"B"
+    t.join(10)
+    assert done == {"a": b"A", "b": b"B"}
+    assert link.requests[0] == (ob.PULL_PATH, 2)
+    assert all(r == (ob.PULL_PATH, 1) for r in link.requests[1:])
+
+
+def test_a_superlink_without_batches_is_asked_one_object_at_a_time_from_then_on():
+    link = Link({"a": b"A", "b": b"B"}, status=404)
+    batcher, client = _client(link)
+    assert _pull_all(batcher, client, ["a", "b"]) == {"a": b"A", "b": b"B"}
+    assert not batcher.enabled
+    assert sorted(link.requests) == [(ob.PULL_PATH, 2), ("pull-object", 1), ("pull-object", 1)]
+    link.requests.clear()
+    assert _pull_all(batcher, client, ["a"]) == {"a": b"A"}
+    assert link.requests == [("pull-object", 1)]
+
+
+def test_a_failed_batch_that_is_not_a_404_keeps_batching_on():
+    link = Link({"a": b"A"}, status=503)
+    batcher, client = _client(link)
+    assert _pull_all(batcher, client, ["a"]) == {"a": b"A"}
+    assert batcher.enabled
+
+
+def test_an_object_outside_the_pull_in_progress_goes_alone():
+    link = Link({"a": b"A"})
+    _, client = _client(link)
+    assert client.PullObject(_pull(4, "a")).object_content == b"A"
+    assert link.requests == [("pull-object", 1)]
+
+
+def _pushes(batcher, client, contents, push_contents=None):
+    def one_by_one(object_contents, push_object_fn, **kw):
+        for oid, content in object_contents:
+            push_object_fn(oid, content)
+
+    def fn(oid, content):
+        if not client.PushObject(_push(4, oid, content)).stored:
+            raise ObjectPushError(oid, 7, "s")
+
+    ob.batched_pushes(push_contents or one_by_one, batcher)(iter(contents), fn)
+
+
+def test_a_replys_objects_go_in_one_request():
+    link = Link({})
+    batcher, client = _client(link)
+    _pushes(batcher, client, [("a", b"1"), ("b", b"2"), ("c", b"3")])
+    assert link.requests == [(ob.PUSH_PATH, 3)]
+    assert link.store.objects == {"a": b"1", "b": b"2", "c": b"3"}
+
+
+def test_pushes_go_one_by_one_when_the_batch_fails():
+    link = Link({}, status=404)
+    batcher, client = _client(link)
+    _pushes(batcher, client, [("a", b"1"), ("b", b"2")])
+    assert link.requests == [(ob.PUSH_PATH, 2), ("push-object", 1), ("push-object", 1)]
+    assert link.store.objects == {"a": b"1", "b": b"2"}
+
+
+def test_an_object_the_superlink_did_not_store_fails_the_push():
+    link = Link({})
+    link.store.push = lambda *, request, state: PushObjectResponse(stored=False)
+    batcher, client = _client(link)
+    with pytest.raises(ObjectPushError):
+        _pushes(batcher, client, [("a", b"1")])
+
+
+def test_the_patch_fits_the_installed_flower(monkeypatch):
+    from flwr.supernode import fleet_http_connection, start_client_internal
+
+    for mod, name in ((fleet_http_connection, "FleetHttpClient"),
+                      (start_client_internal, "pull_objects"),
+                      (start_client_internal, "push_object_contents_from_iterable")):
+        monkeypatch.setattr(mod, name, getattr(mod, name))
+    batcher = ob.install_client()
+    assert batcher is not None
+    assert fleet_http_connection.FleetHttpClient.__name__ == "BatchingFleetHttpClient"
