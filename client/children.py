@@ -186,8 +186,8 @@ def publish_runtime_port(work: Path, port: int) -> None:
 
 #: how long the executor and the SuperNode may take to exit on SIGTERM (s); both are stopped at
 #: once, so a client stops within compose's 10 s grace. The executor takes well under a second
-#: (client.executor.stoppable_retries); the SuperNode's HTTP server shuts down gracefully, which
-#: took over 3 s on a loaded 2-core machine.
+#: (client.runtime_client.stoppable_retries); the SuperNode's HTTP server shuts down
+#: gracefully, which took over 3 s on a loaded 2-core machine.
 CHILD_STOP_GRACE_S = 8.0
 #: the same once the run is over and the client ends on its own (s): the SuperNode's graceful
 #: exit has taken over 8 s on a machine with a load average of 25 (its own force-exit timer is

@@ -50,6 +50,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from client.runtime_client import batch_objects, runtime_client
 from fedcure_app.flower.object_pulls import quick_pulls
 from fedcure_app.protocol.text import printable
 from fedcure_app.runtime.tracing import set_role, trace
@@ -231,29 +232,6 @@ class Trainer:
                     self.proc.wait(5)
 
 
-def stoppable_retries(stop: threading.Event) -> Any:
-    """Flower's HTTP retry invoker for the Runtime API (retries forever, backing off), except
-    that it gives up at once when ``stop`` is set and its back-off waits end when it is set:
-    without this, SIGTERM goes unanswered while the SuperNode is unreachable."""
-    from flwr.supercore.retry import make_simple_http_retry_invoker
-
-    invoker = make_simple_http_retry_invoker()
-    giveup = invoker.should_giveup
-    invoker.should_giveup = lambda exc: stop.is_set() or bool(giveup and giveup(exc))
-    invoker.wait_function = stop.wait
-    return invoker
-
-
-def _runtime_client(address: str, interceptors: list[Any], stop: threading.Event) -> Any:
-    from flwr.supercore.runtime import RuntimeHttpClient
-    from flwr.supercore.runtime.tracing import RuntimeTracingInterceptor
-
-    return RuntimeHttpClient.from_server_address(
-        server_address=address, insecure=True, root_certificates=None,
-        interceptors=[RuntimeTracingInterceptor(), *interceptors],
-        retry_invoker=stoppable_retries(stop))
-
-
 def run_task(address: str, token: str, task_id: int, trainer: Trainer,
              acquired_at: float | None = None) -> str:
     """One ClientApp task, as ``flwr-clientapp`` runs it; return its final sub-status.
@@ -270,7 +248,7 @@ def run_task(address: str, token: str, task_id: int, trainer: Trainer,
     from flwr.supernode.runtime.run_clientapp import pull_task_input, push_message, push_task_output
 
     started = time.time()
-    client = _runtime_client(address, [
+    client = runtime_client(address, [
         RuntimeVersionHttpInterceptor(component_name="flwr-clientapp"),
         RuntimeTokenHttpInterceptor(token)], trainer.stop)
     heartbeat = HeartbeatSender(make_task_heartbeat_fn_http(client))
@@ -349,7 +327,7 @@ def serve(address: str, secret: bytes, stop: threading.Event, cfg: Any,
         SuperExecAuthHttpInterceptor,
     )
 
-    client = _runtime_client(address, [
+    client = runtime_client(address, [
         RuntimeVersionHttpInterceptor(component_name="SuperExec"),
         SuperExecAuthHttpInterceptor(master_secret=secret, protected_methods=SIGNED_METHODS)],
         stop)
@@ -446,6 +424,7 @@ def main(argv: list[str] | None = None) -> int:
     # the SuperNode hands out a task before it holds the message's objects: retry them after
     # 10 ms, not Flower's 1 s (fedcure_app.flower.object_pulls)
     quick_pulls(run_clientapp, "pull_and_inflate_object_from_tree")
+    batch_objects(run_clientapp)  # a message's objects in one request each way
     # forked while this process has one thread and has imported Flower (client.forked)
     trainer = Trainer(cfg.trainer_restarts, data_file=args.data_file, stop=stop)
     trainer.spawn()

@@ -251,9 +251,10 @@ def main(argv: list[str] | None = None) -> None:
     JSON file once it exists, Flower imported meanwhile) with :class:`IdleClock` installed."""
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-    log.addHandler(handler)  # Flower configures its own logger; the root stays untouched
-    log.setLevel(logging.INFO)
-    log.propagate = False
+    for logger in (log, logging.getLogger("fedcure.flower.object_batches")):
+        logger.addHandler(handler)  # Flower configures its own logger; the root stays untouched
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
     from fedcure_app.runtime.tracing import set_role, trace_flower_log
 
     set_role("supernode")
@@ -272,9 +273,11 @@ def main(argv: list[str] | None = None) -> None:
         wake_on_replies(clock)
         log.info("SuperNode idle wait %.3g..%.3g s, reply poll %.3g s (Flower's: 3 s, 0.5 s)",
                  clock.idle_min_s, clock.idle_max_s, clock.reply_poll_s)
+    from fedcure_app.flower.batch_routes import install_server
     from fedcure_app.flower.object_batches import install_client
 
     install_client()  # a message's objects in one request each way (where the SuperLink can)
+    install_server(on="supernode")  # and the executor's, on this SuperNode's Runtime API
     from flwr.supernode.cli.flower_supernode import flower_supernode
 
     args = sys.argv[1:] if argv is None else list(argv)

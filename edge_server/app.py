@@ -24,6 +24,7 @@ from flwr.superlink.grid import http_grid
 from edge_server.serve import serve_edge
 from edge_server.settings import EdgeSettings
 from fedcure_app.flower.app_config import AppOptions, app_options
+from fedcure_app.flower.object_batches import install_grid
 from fedcure_app.flower.object_pulls import quick_pulls
 from fedcure_app.runtime.tracing import set_role
 
@@ -46,6 +47,7 @@ def run_edge_role(grid: Grid, run_config: dict[str, Any], opts: AppOptions) -> N
     # outlast that wait)
     timeout = settings.edge_timeout_s
     quick_pulls(http_grid, "pull_objects", max_time_s=timeout / 2 if timeout else None)
+    install_grid(grid, http_grid)  # a message's objects in one request each way
     log(INFO, "[fedcure] edge %d: serving the cloud at %s; clients reach this SuperLink at %s",
         settings.edge_id, settings.cloud, settings.advertise)
     stats = serve_edge(grid, settings)

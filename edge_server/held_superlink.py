@@ -61,10 +61,12 @@ def main(argv: list[str] | None = None) -> None:
         log.info("held pulls: a SuperNode's up to %.3g s, the ServerApp's up to %.3g s "
                  "(%d worker threads)", cfg.superlink_hold_s, cfg.superlink_reply_hold_s,
                  cfg.superlink_threads)
-    from fedcure_app.flower.object_batches import PULL_PATH, PUSH_PATH, install_server
+    from fedcure_app.flower.batch_routes import install_server
+    from fedcure_app.flower.object_batches import PULL_PATH, PUSH_PATH
 
-    if install_server():  # a SuperNode's objects of a message in one request each way
-        log.info("object batches: %s and %s", PULL_PATH, PUSH_PATH)
+    # a message's objects in one request each way: a SuperNode's and the edge ServerApp's
+    if install_server(on="superlink"):
+        log.info("object batches: %s, %s and the Runtime API's", PULL_PATH, PUSH_PATH)
     from flwr.superlink.cli.flower_superlink import flower_superlink
 
     sys.argv = ["flower-superlink", *(sys.argv[1:] if argv is None else argv)]

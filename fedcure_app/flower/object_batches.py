@@ -1,31 +1,29 @@
-"""A message's content objects in one request per hop between a SuperNode and its SuperLink.
+"""A message's content objects in one request per hop: SuperNode <-> SuperLink, executor <->
+SuperNode, edge ServerApp <-> SuperLink.
 
-Flower 1.41 moves a message as a header plus content objects, and its SuperNode pulls and pushes
-each object with a request of its own (``/v1/fleet/pull-object``, ``/v1/fleet/push-object``):
-about six per message each way for a packed model. Every request costs the SuperLink its whole
-HTTP stack (uvicorn, Starlette's middlewares, the protobuf translation, checking the node's
-signature), 10 ms or more of CPU on a small machine, and an edge serves dozens of clients.
+Flower 1.41 moves a message as a header plus content objects, and its SuperNode (with its
+SuperLink) and its ClientApp side (with the SuperNode's Runtime API) pull and push each object
+with a request of its own: about six per message each way for a packed model. Every request
+costs the server its whole HTTP stack (uvicorn, Starlette's middlewares, the protobuf
+translation, checking the node's signature or the task's token), 10 ms or more of CPU on a
+small machine, and an edge serves dozens of clients.
 
-This module adds two Fleet routes to the edge's SuperLink, behind all of Flower's middlewares
-(the node's signature is checked once for the batch):
+The servers (:mod:`fedcure_app.flower.batch_routes`) take a batch: an :data:`ObjectBatch` of
+serialized ``PullObjectRequest`` s (or ``PushObjectRequest`` s), answered by an
+:data:`ObjectBatchReply` of the serialized responses in the same order. This module is the
+callers' side, and changes no Flower logic: their client answers a ``PullObject`` for an object
+of the message being pulled from one batch request for all of that message's objects, and
+collects the pushes of a reply's objects into one batch. A server without the routes (a stock
+one) answers 404: the caller then says so once and goes on one request per object, as Flower
+does. Only the pinned Flower range is patched.
 
-- ``POST /v1/fleet/fedcure-pull-objects``: an :data:`ObjectBatch` of serialized
-  ``PullObjectRequest`` s, answered by an :data:`ObjectBatchReply` of serialized
-  ``PullObjectResponse`` s in the same order;
-- ``POST /v1/fleet/fedcure-push-objects``: the same with ``PushObjectRequest`` /
-  ``PushObjectResponse``.
-
-Each inner request goes through Flower's own handler (``fleet_handlers.pull_object`` /
-``push_object``, looked up at call time, so the held pulls' bookkeeping sees every object), and
-must name the batch's node, the one whose signature was checked. A pull reply stops adding
-contents past :data:`MAX_REPLY_BYTES` and answers the rest "not available yet", which the
-SuperNode, as for any object not there yet, asks for again.
-
-The SuperNode side (:func:`install_client`) changes no Flower logic: its Fleet client answers a
-``PullObject`` for an object the SuperNode is pulling from one batch request for all of that
-message's objects, and its pushes of a reply's objects are collected and sent in one batch. A
-SuperLink without the routes (a stock one) answers 404: the client then says so once and goes
-on one request per object, as Flower does. Only the pinned Flower range is patched.
+- the SuperNode: :func:`install_client` (its Fleet client, ``pull_objects`` and
+  ``push_object_contents_from_iterable`` of ``start_client_internal``);
+- the executor: :func:`install_executor` (``pull_and_inflate_object_from_tree`` and
+  ``push_objects`` of ``run_clientapp``) and :func:`batching_client` for its Runtime API
+  client;
+- the edge ServerApp: :func:`install_grid` (``pull_objects``, ``push_objects`` and the Runtime
+  API client of ``http_grid``).
 """
 
 from __future__ import annotations
@@ -44,6 +42,8 @@ log = logging.getLogger("fedcure.flower.object_batches")
 
 PULL_PATH = "/v1/fleet/fedcure-pull-objects"
 PUSH_PATH = "/v1/fleet/fedcure-push-objects"
+RUNTIME_PULL_PATH = "/v1/runtime/fedcure-pull-objects"
+RUNTIME_PUSH_PATH = "/v1/runtime/fedcure-push-objects"
 #: contents one pull reply carries at most (bytes); the rest are answered "not available yet"
 MAX_REPLY_BYTES = 64 * 2**20
 
@@ -61,130 +61,11 @@ def _wire_schema() -> tuple[type, type]:
     reply.field.add(name="replies", number=1, type=f.TYPE_BYTES, label=f.LABEL_REPEATED)
     pool = descriptor_pool.DescriptorPool()
     pool.Add(proto)
-    return (message_factory.GetMessageClass(pool.FindMessageTypeByName("fedcure.batch.ObjectBatch")),
-            message_factory.GetMessageClass(
-                pool.FindMessageTypeByName("fedcure.batch.ObjectBatchReply")))
+    return tuple(message_factory.GetMessageClass(pool.FindMessageTypeByName(f"fedcure.batch.{n}"))
+                 for n in ("ObjectBatch", "ObjectBatchReply"))  # type: ignore[return-value]
 
 
 ObjectBatch, ObjectBatchReply = _wire_schema()
-
-
-# --------------------------------------------------------------------------- the SuperLink's side
-
-
-class ForeignNode(ValueError):
-    """An inner request names another node than the one that signed the batch."""
-
-
-def _inner(batch: Any, request_type: type) -> list[Any]:
-    requests = []
-    for raw in batch.requests:
-        request = request_type()
-        request.ParseFromString(raw)
-        if request.node.node_id != batch.node_id:
-            raise ForeignNode(f"a batch of node {batch.node_id} names node "
-                              f"{request.node.node_id}")
-        requests.append(request)
-    return requests
-
-
-_first = threading.Event()
-
-
-def _first_batch(node_id: int) -> None:
-    if not _first.is_set():
-        _first.set()
-        log.info("object batches in use (the first from node %d)", node_id)
-
-
-def pull_batch(batch: Any, state: Any, pull: Callable[..., Any],
-               max_bytes: int = MAX_REPLY_BYTES) -> Any:
-    """Answer each pull of ``batch`` with ``pull(request=, state=)`` (Flower's handler), in
-    order; past ``max_bytes`` of contents the rest are answered "not available yet"."""
-    from flwr.proto.message_pb2 import PullObjectRequest, PullObjectResponse
-
-    reply, size = ObjectBatchReply(), 0
-    _first_batch(batch.node_id)
-    for request in _inner(batch, PullObjectRequest):
-        if size >= max_bytes:
-            answer = PullObjectResponse(object_found=True, object_available=False)
-        else:
-            answer = pull(request=request, state=state)
-            size += len(answer.object_content)
-        reply.replies.append(answer.SerializeToString())
-    return reply
-
-
-def push_batch(batch: Any, state: Any, push: Callable[..., Any]) -> Any:
-    """Store each push of ``batch`` with ``push(request=, state=)`` (Flower's handler), in
-    order, and answer each."""
-    from flwr.proto.message_pb2 import PushObjectRequest
-
-    reply = ObjectBatchReply()
-    for request in _inner(batch, PushObjectRequest):
-        reply.replies.append(push(request=request, state=state).SerializeToString())
-    return reply
-
-
-def batch_router() -> Any:
-    """The two routes, as a FastAPI router of Flower's protobuf routes."""
-    from typing import Annotated
-
-    from fastapi import APIRouter, Depends, HTTPException, status
-    from flwr.superlink.dependencies.linkstate import get_linkstate
-    from flwr.superlink.servicer.fleet import fleet_handlers
-    from flwr.supercore.protobuf.routing import ProtobufRoute
-    from flwr.supercore.protobuf.translation import PROTOBUF_REQUEST_DEPENDENCY
-
-    router = APIRouter(route_class=ProtobufRoute)
-    # real objects, not this module's postponed (string) annotations: FastAPI resolves a
-    # route's annotations in the module's globals, where these names are not
-    hints = {"request": Annotated[ObjectBatch, PROTOBUF_REQUEST_DEPENDENCY],
-             "state": Annotated[Any, Depends(get_linkstate)], "return": ObjectBatchReply}
-
-    def route(path: str, answer: Callable[..., Any], handler: str) -> None:
-        def endpoint(request: Any, state: Any) -> Any:
-            try:
-                return answer(request, state, getattr(fleet_handlers, handler))
-            except ForeignNode as err:
-                raise HTTPException(status_code=status.HTTP_401_UNAUTHORIZED,
-                                    detail=str(err)) from None
-
-        endpoint.__name__ = endpoint.__qualname__ = "fedcure_" + handler + "s"
-        endpoint.__annotations__ = dict(hints)
-        router.post(path)(endpoint)
-
-    route(PULL_PATH, pull_batch, "pull_object")
-    route(PUSH_PATH, push_batch, "push_object")
-    return router
-
-
-def install_server() -> bool:
-    """Make every SuperLink app built in this process (``flwr.superlink.main.create_app``)
-    serve the two routes; False (logged) when Flower differs from what this was written for."""
-    import flwr.superlink.main as main
-    from flwr.supercore.protobuf import translation
-
-    from fedcure_app.flower.object_pulls import version_problem
-
-    problem = version_problem()
-    create = getattr(main, "create_app", None)
-    types = getattr(translation, "PROTOBUF_REQUEST_TYPES", None)
-    if problem or not callable(create) or not isinstance(types, dict):
-        log.warning("the SuperLink takes no object batches: %s",
-                    problem or "Flower's app factory or request-type table is gone")
-        return False
-    types[("POST", PULL_PATH)] = ObjectBatch
-    types[("POST", PUSH_PATH)] = ObjectBatch
-
-    @functools.wraps(create)
-    def create_app(*args: Any, **kwargs: Any) -> Any:
-        app = create(*args, **kwargs)
-        app.include_router(batch_router())
-        return app
-
-    main.create_app = create_app
-    return True
 
 
 # --------------------------------------------------------------------------- the SuperNode's side
@@ -196,8 +77,10 @@ class Batcher:
     (:meth:`collecting`). ``send(client, path, requests)`` sends one batch and returns the
     replies' bytes; it raises on any failure, after which the objects go one by one."""
 
-    def __init__(self, send: Callable[[Any, str, list[Any]], list[bytes]]) -> None:
+    def __init__(self, send: Callable[[Any, str, list[Any]], list[bytes]],
+                 paths: tuple[str, str] = (PULL_PATH, PUSH_PATH)) -> None:
         self._send = send
+        self.pull_path, self.push_path = paths
         self._lock = threading.Lock()
         self._wanted: list[str] = []
         self._ready: dict[str, bytes] = {}
@@ -233,7 +116,7 @@ class Batcher:
                 inner = [PullObjectRequest(node=request.node, run_id=request.run_id,
                                            object_id=i) for i in ids]
                 try:
-                    replies = self._send(client, PULL_PATH, inner)
+                    replies = self._send(client, self.pull_path, inner)
                 except Exception as err:  # noqa: BLE001 - any failure: Flower's own path
                     self._failed(err)
                     return None
@@ -269,7 +152,7 @@ class Batcher:
         if not pushes:
             return []
         try:
-            return self._send(pushes[0][0], PUSH_PATH, [r for _, r in pushes])
+            return self._send(pushes[0][0], self.push_path, [r for _, r in pushes])
         except Exception as err:  # noqa: BLE001 - any failure: Flower's own path
             self._failed(err)
             return None
@@ -278,7 +161,7 @@ class Batcher:
         status = getattr(getattr(err, "response", None), "status_code", None)
         if status in (404, 405):
             if self.enabled:
-                log.info("the SuperLink takes no object batches: one request per object")
+                log.info("%s is not served: one request per object", self.pull_path)
             self.enabled = False
         else:
             log.debug("an object batch failed (%s): one request per object", err)
@@ -330,11 +213,29 @@ def batched_pulls(pull_objects: Callable[..., Any], batcher: Batcher) -> Callabl
     return pulls
 
 
+def _push_in_one(contents: list[tuple[str, bytes]], push_object_fn: Callable[[str, bytes], None],
+                 batcher: Batcher) -> bool:
+    """Push ``contents`` through ``push_object_fn`` collected into one batch: True when the
+    batch carried them (an object not stored raises ``ObjectPushError``, as Flower's push
+    does), False when it failed and they are still to be pushed one by one."""
+    from flwr.proto.message_pb2 import PushObjectResponse
+    from flwr.supercore.inflatable.inflatable_utils import ObjectPushError
+
+    with batcher.collecting() as collected:
+        for oid, content in contents:
+            push_object_fn(oid, content)
+    replies = batcher.push(collected)
+    if replies is None:
+        return False
+    for (_, request), raw in zip(collected, replies):
+        if not PushObjectResponse.FromString(raw).stored:
+            raise ObjectPushError(request.object_id, request.run_id, request.session_id)
+    return True
+
+
 def batched_pushes(push_contents: Callable[..., Any], batcher: Batcher) -> Callable[..., Any]:
     """Flower's ``push_object_contents_from_iterable`` sending its objects in one batch (one
     by one through ``push_contents`` when the batch fails)."""
-    from flwr.proto.message_pb2 import PushObjectResponse
-    from flwr.supercore.inflatable.inflatable_utils import ObjectPushError
 
     @functools.wraps(push_contents)
     def pushes(object_contents: Iterable[tuple[str, bytes]],
@@ -342,20 +243,70 @@ def batched_pushes(push_contents: Callable[..., Any], batcher: Batcher) -> Calla
         if not batcher.enabled:
             return push_contents(object_contents, push_object_fn, **kwargs)
         contents = list(object_contents)
-        with batcher.collecting() as collected:
-            for oid, content in contents:
-                push_object_fn(oid, content)
-        replies = batcher.push(collected)
-        if replies is None:
-            return push_contents(contents, push_object_fn, **kwargs)
-        for (_, request), raw in zip(collected, replies):
-            reply = PushObjectResponse()
-            reply.ParseFromString(raw)
-            if not reply.stored:
-                raise ObjectPushError(request.object_id, request.run_id, request.session_id)
+        if not _push_in_one(contents, push_object_fn, batcher):
+            push_contents(contents, push_object_fn, **kwargs)
         return None
 
     return pushes
+
+
+def batched_object_pushes(push_objects: Callable[..., Any],
+                          batcher: Batcher) -> Callable[..., Any]:
+    """Flower's ``push_objects`` (a dict of objects, deflated here) sending them in one batch
+    (through ``push_objects`` itself when the batch fails)."""
+
+    @functools.wraps(push_objects)
+    def pushes(objects: dict[str, Any], push_object_fn: Callable[[str, bytes], None], *,
+               object_ids_to_push: set[str] | None = None, keep_objects: bool = False,
+               **kwargs: Any) -> None:
+        if batcher.enabled:
+            ids = [oid for oid in objects if object_ids_to_push is None
+                   or oid in object_ids_to_push]
+            if _push_in_one([(oid, objects[oid].deflate()) for oid in ids], push_object_fn,
+                            batcher):
+                if not keep_objects:  # as Flower's push: pushed objects leave the dict
+                    for oid in ids:
+                        del objects[oid]
+                return None
+        return push_objects(objects, push_object_fn, object_ids_to_push=object_ids_to_push,
+                            keep_objects=keep_objects, **kwargs)
+
+    return pushes
+
+
+def batched_tree_pulls(pull_tree: Callable[..., Any], batcher: Batcher) -> Callable[..., Any]:
+    """Flower's ``pull_and_inflate_object_from_tree`` with the tree's objects wanted from one
+    batch."""
+    from flwr.supercore.inflatable.inflatable_object import iterate_object_tree
+
+    @functools.wraps(pull_tree)
+    def pulls(object_tree: Any, *args: Any, **kwargs: Any) -> Any:
+        with batcher.wanting(t.object_id for t in iterate_object_tree(object_tree)):
+            return pull_tree(object_tree, *args, **kwargs)
+
+    return pulls
+
+
+def install_executor(run_clientapp: ModuleType | None = None) -> Batcher | None:
+    """Batch the object pulls and pushes of the ClientApp side run in this process (Flower's
+    ``run_clientapp`` module's ``pull_task_input`` and ``push_message``); the caller builds its
+    Runtime API client with :func:`batching_client` and the returned batcher. None (logged)
+    when Flower differs from what this was written for."""
+    if run_clientapp is None:
+        from flwr.supernode.runtime import run_clientapp  # type: ignore[no-redef]
+    from fedcure_app.flower.object_pulls import version_problem
+
+    names = ("pull_and_inflate_object_from_tree", "push_objects")
+    missing = [n for n in names if not callable(getattr(run_clientapp, n, None))]
+    problem = version_problem() or (f"Flower has no {', '.join(missing)}" if missing else "")
+    if problem:
+        log.warning("the executor's object pulls and pushes go one by one: %s", problem)
+        return None
+    batcher = Batcher(send_batch, (RUNTIME_PULL_PATH, RUNTIME_PUSH_PATH))
+    run_clientapp.pull_and_inflate_object_from_tree = batched_tree_pulls(
+        run_clientapp.pull_and_inflate_object_from_tree, batcher)
+    run_clientapp.push_objects = batched_object_pushes(run_clientapp.push_objects, batcher)
+    return batcher
 
 
 def install_client(start: ModuleType | None = None,
@@ -385,6 +336,32 @@ def install_client(start: ModuleType | None = None,
     return batcher
 
 
+def install_grid(grid: Any, http_grid: ModuleType | None = None) -> Batcher | None:
+    """Batch the object pulls and pushes of the ServerApp run in this process through
+    ``grid`` (Flower's ``HttpGrid``: its ``pull_objects`` and ``push_objects``, and its Runtime
+    API client, built already or not); None (logged) when Flower differs."""
+    if http_grid is None:
+        from flwr.superlink.grid import http_grid  # type: ignore[no-redef]
+    from fedcure_app.flower.object_pulls import version_problem
+
+    names = ("pull_objects", "push_objects", "RuntimeHttpClient")
+    missing = [n for n in names if getattr(http_grid, n, None) is None]
+    problem = version_problem() or (f"Flower has no {', '.join(missing)}" if missing else "")
+    if problem:
+        log.warning("the ServerApp's object pulls and pushes go one by one: %s", problem)
+        return None
+    batcher = Batcher(send_batch, (RUNTIME_PULL_PATH, RUNTIME_PUSH_PATH))
+    base = http_grid.RuntimeHttpClient
+    http_grid.RuntimeHttpClient = batching_client(base, batcher)
+    http_grid.pull_objects = batched_pulls(http_grid.pull_objects, batcher)
+    http_grid.push_objects = batched_object_pushes(http_grid.push_objects, batcher)
+    client = getattr(grid, "_client", None)
+    if isinstance(client, base):  # connected already: the same object, batching from now on
+        client.__class__ = http_grid.RuntimeHttpClient
+    return batcher
+
+
 __all__ = ["Batcher", "MAX_REPLY_BYTES", "ObjectBatch", "ObjectBatchReply", "PULL_PATH",
-           "PUSH_PATH", "batch_router", "batched_pulls", "batched_pushes", "batching_client",
-           "install_client", "install_server", "pull_batch", "push_batch", "send_batch"]
+           "PUSH_PATH", "RUNTIME_PULL_PATH", "RUNTIME_PUSH_PATH", "batched_object_pushes",
+           "batched_pulls", "batched_pushes", "batched_tree_pulls", "batching_client",
+           "install_client", "install_executor", "install_grid", "send_batch"]

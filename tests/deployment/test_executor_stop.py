@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from client.cli import CHILD_STOP_GRACE_S
-from client.executor import Stopping, Trainer, stoppable_retries, write_secret
+from client.executor import Stopping, Trainer, write_secret
+from client.runtime_client import stoppable_retries
 
 #: a trainer that answers "ready", then never answers a message (a ClientApp call that lasts)
 STUCK_TRAINER = textwrap.dedent("""

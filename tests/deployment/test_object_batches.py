@@ -19,6 +19,7 @@ from flwr.supercore.inflatable.inflatable_utils import ObjectPushError, pull_obj
 from hypothesis import given
 from hypothesis import strategies as st
 
+from fedcure_app.flower import batch_routes as routes
 from fedcure_app.flower import object_batches as ob
 
 
@@ -54,7 +55,7 @@ class Store:
         self.objects = dict(objects)
         self.calls: list[tuple[str, object]] = []
 
-    def pull(self, *, request, state):
+    def pull(self, request, state=None):
         self.calls.append(("pull", state))
         content = self.objects.get(request.object_id)
         if content is None:
@@ -62,7 +63,7 @@ class Store:
         return PullObjectResponse(object_found=True, object_available=content != b"",
                                   object_content=content)
 
-    def push(self, *, request, state):
+    def push(self, request, state=None):
         self.calls.append(("push", state))
         self.objects[request.object_id] = request.object_content
         return PushObjectResponse(stored=True)
@@ -70,7 +71,8 @@ class Store:
 
 def test_a_pull_batch_answers_each_object_in_order_through_flowers_handler():
     store = Store({"a": b"AA", "b": b"", "c": b"C"})
-    reply = ob.pull_batch(_batch(3, [_pull(3, i) for i in "abcz"]), "state", store.pull)
+    reply = routes.pull_batch(_batch(3, [_pull(3, i) for i in "abcz"]),
+                              lambda r: store.pull(r, "state"))
     got = _replies(reply, PullObjectResponse)
     assert [(r.object_found, r.object_available, r.object_content) for r in got] == [
         (True, True, b"AA"), (True, False, b""), (True, True, b"C"), (False, False, b"")]
@@ -79,10 +81,10 @@ def test_a_pull_batch_answers_each_object_in_order_through_flowers_handler():
 
 def test_a_batch_naming_another_node_than_the_signer_is_refused_whole():
     store = Store({"a": b"A"})
-    with pytest.raises(ob.ForeignNode):
-        ob.pull_batch(_batch(3, [_pull(3, "a"), _pull(4, "a")]), None, store.pull)
-    with pytest.raises(ob.ForeignNode):
-        ob.push_batch(_batch(3, [_push(5, "a")]), None, store.push)
+    with pytest.raises(routes.ForeignNode):
+        routes.pull_batch(_batch(3, [_pull(3, "a"), _pull(4, "a")]), store.pull)
+    with pytest.raises(routes.ForeignNode):
+        routes.push_batch(_batch(3, [_push(5, "a")]), store.push)
     assert store.objects == {"a": b"A"}
 
 
@@ -91,8 +93,8 @@ def test_a_batch_naming_another_node_than_the_signer_is_refused_whole():
 def test_a_pull_reply_stops_adding_contents_past_its_cap(sizes, cap):
     objects = {f"o{i}": b"x" * n for i, n in enumerate(sizes)}
     store = Store(objects)
-    got = _replies(ob.pull_batch(_batch(1, [_pull(1, k) for k in objects]), None, store.pull,
-                                 max_bytes=cap), PullObjectResponse)
+    got = _replies(routes.pull_batch(_batch(1, [_pull(1, k) for k in objects]), store.pull,
+                                     max_bytes=cap), PullObjectResponse)
     total = 0
     for (key, content), r in zip(objects.items(), got):
         if total < cap:
@@ -104,7 +106,8 @@ def test_a_pull_reply_stops_adding_contents_past_its_cap(sizes, cap):
 
 def test_a_push_batch_stores_every_object_through_flowers_handler():
     store = Store({})
-    reply = ob.push_batch(_batch(2, [_push(2, "a", b"1"), _push(2, "b", b"2")]), "st", store.push)
+    reply = routes.push_batch(_batch(2, [_push(2, "a", b"1"), _push(2, "b", b"2")]),
+                              lambda r: store.push(r, "st"))
     assert [r.stored for r in _replies(reply, PushObjectResponse)] == [True, True]
     assert store.objects == {"a": b"1", "b": b"2"}
 
@@ -122,14 +125,14 @@ def test_the_routes_are_served_behind_flowers_protobuf_translation():
     store = Store({"a": b"AA"})
     app = FastAPI()
     app.add_middleware(ProtobufTranslationMiddleware)
-    app.include_router(ob.batch_router())
+    app.include_router(routes.batch_router())
     app.dependency_overrides[get_linkstate] = lambda: "state"
     saved = dict(PROTOBUF_REQUEST_TYPES)
     PROTOBUF_REQUEST_TYPES[("POST", ob.PULL_PATH)] = ob.ObjectBatch
     PROTOBUF_REQUEST_TYPES[("POST", ob.PUSH_PATH)] = ob.ObjectBatch
     mp = pytest.MonkeyPatch()
-    mp.setattr(fleet_handlers, "pull_object", store.pull)
-    mp.setattr(fleet_handlers, "push_object", store.push)
+    mp.setattr(fleet_handlers, "pull_object", lambda *, request, state: store.pull(request))
+    mp.setattr(fleet_handlers, "push_object", lambda *, request, state: store.push(request))
     try:
         with TestClient(app) as http:
             headers = {"content-type": "application/protobuf", "accept": "application/protobuf"}
@@ -167,9 +170,9 @@ class Link:
             raise httpx.HTTPStatusError("no", request=httpx.Request("POST", "http://x"),
                                         response=httpx.Response(self.status))
         batch = _batch(requests[0].node.node_id, requests)
-        answer = ob.pull_batch if path == ob.PULL_PATH else ob.push_batch
-        handler = self.store.pull if path == ob.PULL_PATH else self.store.push
-        return list(answer(batch, None, handler).replies)
+        if path in (ob.PULL_PATH, ob.RUNTIME_PULL_PATH):
+            return list(routes.pull_batch(batch, self.store.pull).replies)
+        return list(routes.push_batch(batch, self.store.push).replies)
 
 
 class OneByOne:
@@ -180,11 +183,11 @@ class OneByOne:
 
     def PullObject(self, request):  # noqa: N802
         self.link.requests.append(("pull-object", 1))
-        return self.link.store.pull(request=request, state=None)
+        return self.link.store.pull(request)
 
     def PushObject(self, request):  # noqa: N802
         self.link.requests.append(("push-object", 1))
-        return self.link.store.push(request=request, state=None)
+        return self.link.store.push(request)
 
 
 def _client(link: Link):
@@ -284,7 +287,7 @@ def test_pushes_go_one_by_one_when_the_batch_fails():
 
 def test_an_object_the_superlink_did_not_store_fails_the_push():
     link = Link({})
-    link.store.push = lambda *, request, state: PushObjectResponse(stored=False)
+    link.store.push = lambda request, state=None: PushObjectResponse(stored=False)
     batcher, client = _client(link)
     with pytest.raises(ObjectPushError):
         _pushes(batcher, client, [("a", b"1")])
@@ -300,3 +303,144 @@ def test_the_patch_fits_the_installed_flower(monkeypatch):
     batcher = ob.install_client()
     assert batcher is not None
     assert fleet_http_connection.FleetHttpClient.__name__ == "BatchingFleetHttpClient"
+
+
+# ----------------------------------------------------------------------------- the executor
+
+
+class Deflatable:
+    def __init__(self, content: bytes):
+        self.content = content
+
+    def deflate(self) -> bytes:
+        return self.content
+
+
+def _push_objects_one_by_one(objects, push_object_fn, *, object_ids_to_push=None,
+                             keep_objects=False):
+    for oid in list(objects):
+        if object_ids_to_push is None or oid in object_ids_to_push:
+            push_object_fn(oid, objects[oid].deflate())
+            if not keep_objects:
+                del objects[oid]
+
+
+@pytest.mark.parametrize("keep", [False, True])
+@pytest.mark.parametrize("status", [None, 404])
+def test_a_dict_of_objects_is_pushed_like_flowers_push_objects(keep, status):
+    """Only the objects the server asked for, in one batch (one by one when it fails); the
+    pushed ones leave the dict unless kept, exactly as Flower's own push."""
+    link = Link({}, status=status)
+    batcher, client = _client(link)
+    objects = {k: Deflatable(k.encode() * 2) for k in "abc"}
+
+    def fn(oid, content):
+        client.PushObject(_push(4, oid, content))
+
+    ob.batched_object_pushes(_push_objects_one_by_one, batcher)(
+        objects, fn, object_ids_to_push={"a", "c"}, keep_objects=keep)
+    assert link.store.objects == {"a": b"aa", "c": b"cc"}
+    assert sorted(objects) == (["a", "b", "c"] if keep else ["b"])
+    assert link.requests[0] == (ob.PUSH_PATH, 2)
+    assert len(link.requests) == (1 if status is None else 3)
+
+
+def test_a_message_tree_is_pulled_in_one_batch():
+    from flwr.proto.message_pb2 import ObjectTree
+
+    tree = ObjectTree(object_id="m", children=[ObjectTree(object_id="r", children=[
+        ObjectTree(object_id="a"), ObjectTree(object_id="b")])])
+    objects = {k: k.encode() for k in "mrab"}
+    link = Link(objects)
+    batcher, client = _client(link)
+
+    def pull_tree(object_tree, pull_object_fn, confirm_fn, **kw):
+        from flwr.supercore.inflatable.inflatable_object import iterate_object_tree
+
+        ids = [t.object_id for t in iterate_object_tree(object_tree)]
+        return {i: pull_object_fn(i) for i in ids}
+
+    got = ob.batched_tree_pulls(pull_tree, batcher)(
+        tree, lambda oid: client.PullObject(_pull(4, oid)).object_content, None)
+    assert got == objects
+    assert link.requests == [(ob.PULL_PATH, 4)]
+
+
+def test_a_connected_grids_client_batches_from_then_on(monkeypatch):
+    from flwr.superlink.grid import http_grid
+
+    for name in ("RuntimeHttpClient", "pull_objects", "push_objects"):
+        monkeypatch.setattr(http_grid, name, getattr(http_grid, name))
+    client = http_grid.RuntimeHttpClient("http://127.0.0.1:9")
+
+    class Grid:
+        _client = client
+
+    assert ob.install_grid(Grid(), http_grid) is not None
+    assert type(client).__name__ == "BatchingRuntimeHttpClient"
+    assert http_grid.RuntimeHttpClient.__name__ == "BatchingRuntimeHttpClient"
+    client.close()
+
+
+def test_the_runtime_routes_check_the_task_and_answer_through_its_handlers():
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+    from flwr.supercore.dependencies import runtime as deps
+    from flwr.supercore.protobuf.translation import (
+        PROTOBUF_REQUEST_TYPES,
+        ProtobufTranslationMiddleware,
+    )
+
+    store = Store({"a": b"AA"})
+
+    class Handlers:
+        @staticmethod
+        def pull_object(request, state, task):
+            assert task == "task-7"
+            return store.pull(request, state)
+
+        @staticmethod
+        def push_object(request, state, task):
+            assert task == "task-7"
+            return store.push(request, state)
+
+    app = FastAPI()
+    app.add_middleware(ProtobufTranslationMiddleware)
+    app.include_router(routes.runtime_batch_router())
+    app.dependency_overrides[deps.get_runtime_state] = lambda: "state"
+    app.dependency_overrides[deps.get_runtime_handlers] = lambda: Handlers
+    app.dependency_overrides[deps.get_task] = lambda: "task-7"
+    saved = dict(PROTOBUF_REQUEST_TYPES)
+    PROTOBUF_REQUEST_TYPES[("POST", ob.RUNTIME_PULL_PATH)] = ob.ObjectBatch
+    PROTOBUF_REQUEST_TYPES[("POST", ob.RUNTIME_PUSH_PATH)] = ob.ObjectBatch
+    try:
+        with TestClient(app) as http:
+            headers = {"content-type": "application/protobuf", "accept": "application/protobuf"}
+            r = http.post(ob.RUNTIME_PUSH_PATH, headers=headers,
+                          content=_batch(9, [_push(9, "b", b"BB")]).SerializeToString())
+            assert r.status_code == 200, r.text
+            r = http.post(ob.RUNTIME_PULL_PATH, headers=headers,
+                          content=_batch(9, [_pull(9, "b"), _pull(9, "a")]).SerializeToString())
+            got = _replies(ob.ObjectBatchReply.FromString(r.content), PullObjectResponse)
+            assert [g.object_content for g in got] == [b"BB", b"AA"]
+        assert store.calls == [("push", "state"), ("pull", "state"), ("pull", "state")]
+    finally:
+        PROTOBUF_REQUEST_TYPES.clear()
+        PROTOBUF_REQUEST_TYPES.update(saved)
+
+
+@pytest.mark.parametrize("on", ["superlink", "supernode"])
+def test_the_servers_patch_fits_the_installed_flower(monkeypatch, on):
+    import importlib
+
+    from flwr.supercore.protobuf import translation
+
+    main = importlib.import_module(f"flwr.{on}.main")
+    monkeypatch.setattr(main, "create_app", main.create_app)
+    monkeypatch.setattr(translation, "PROTOBUF_REQUEST_TYPES",
+                        dict(translation.PROTOBUF_REQUEST_TYPES))
+    assert routes.install_server(on=on)
+    assert ("POST", ob.RUNTIME_PULL_PATH) in translation.PROTOBUF_REQUEST_TYPES
+    assert (("POST", ob.PULL_PATH) in translation.PROTOBUF_REQUEST_TYPES) == (on == "superlink")
+    with pytest.raises(ValueError):
+        routes.install_server(on="cloud")

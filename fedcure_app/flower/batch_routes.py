@@ -1,0 +1,214 @@
+"""The object-batch routes (:mod:`fedcure_app.flower.object_batches`) on Flower's servers.
+
+- the edge's SuperLink (Fleet API, a SuperNode's side): ``POST /v1/fleet/fedcure-pull-objects``
+  and ``/v1/fleet/fedcure-push-objects``, behind all of Flower's middlewares, so the node's
+  signature is checked once for the batch and every inner request must name that node;
+- the Runtime API, on the edge's SuperLink (the edge ServerApp's side) and on a client's
+  SuperNode (the executor's side): ``POST /v1/runtime/fedcure-pull-objects`` and
+  ``/v1/runtime/fedcure-push-objects``, behind the task-token check Flower's own object routes
+  have.
+
+Each inner request goes through Flower's own handler (looked up at call time, so the held
+pulls' and the reply wake-up's wrappers see every object). A pull reply stops adding contents
+past :data:`~fedcure_app.flower.object_batches.MAX_REPLY_BYTES` and answers the rest "not
+available yet", which the puller, as for any object not there yet, asks for again.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from typing import Any, Callable
+
+from fedcure_app.flower.object_batches import (
+    MAX_REPLY_BYTES,
+    PULL_PATH,
+    PUSH_PATH,
+    RUNTIME_PULL_PATH,
+    RUNTIME_PUSH_PATH,
+    ObjectBatch,
+    ObjectBatchReply,
+)
+
+log = logging.getLogger("fedcure.flower.object_batches")
+
+
+class ForeignNode(ValueError):
+    """An inner request names another node than the one that signed the batch."""
+
+
+def _inner(batch: Any, request_type: type) -> list[Any]:
+    requests = []
+    for raw in batch.requests:
+        request = request_type()
+        request.ParseFromString(raw)
+        if request.node.node_id != batch.node_id:
+            raise ForeignNode(f"a batch of node {batch.node_id} names node "
+                              f"{request.node.node_id}")
+        requests.append(request)
+    return requests
+
+
+_first: set[str] = set()
+_first_lock = threading.Lock()
+
+
+def _first_batch(api: str, node_id: int) -> None:
+    """Log the first batch each API serves in this process (what the launch tests look for)."""
+    with _first_lock:
+        if api in _first:
+            return
+        _first.add(api)
+    log.info("object batches in use on the %s (the first from node %d)", api, node_id)
+
+
+def pull_batch(batch: Any, pull: Callable[[Any], Any], max_bytes: int = MAX_REPLY_BYTES) -> Any:
+    """Answer each pull of ``batch`` with ``pull(request)`` (Flower's handler), in order; past
+    ``max_bytes`` of contents the rest are answered "not available yet"."""
+    from flwr.proto.message_pb2 import PullObjectRequest, PullObjectResponse
+
+    reply, size = ObjectBatchReply(), 0
+    for request in _inner(batch, PullObjectRequest):
+        if size >= max_bytes:
+            answer = PullObjectResponse(object_found=True, object_available=False)
+        else:
+            answer = pull(request)
+            size += len(answer.object_content)
+        reply.replies.append(answer.SerializeToString())
+    return reply
+
+
+def push_batch(batch: Any, push: Callable[[Any], Any]) -> Any:
+    """Store each push of ``batch`` with ``push(request)`` (Flower's handler), in order, and
+    answer each."""
+    from flwr.proto.message_pb2 import PushObjectRequest
+
+    reply = ObjectBatchReply()
+    for request in _inner(batch, PushObjectRequest):
+        reply.replies.append(push(request).SerializeToString())
+    return reply
+
+
+def _answer(batch: Any, kind: str, one: Callable[[Any], Any], api: str) -> Any:
+    from fastapi import HTTPException, status
+
+    _first_batch(api, batch.node_id)
+    try:
+        return pull_batch(batch, one) if kind == "pull" else push_batch(batch, one)
+    except ForeignNode as err:
+        raise HTTPException(status_code=status.HTTP_401_UNAUTHORIZED, detail=str(err)) from None
+
+
+def _route(router: Any, path: str, endpoint: Callable[..., Any], hints: dict[str, Any]) -> None:
+    # real objects, not this module's postponed (string) annotations: FastAPI resolves a
+    # route's annotations in the module's globals, where these names are not
+    endpoint.__name__ = endpoint.__qualname__ = "fedcure_" + path.rsplit("/", 1)[1].replace(
+        "-", "_").replace("fedcure_", "")
+    endpoint.__annotations__ = dict(hints)
+    router.post(path)(endpoint)
+
+
+def batch_router() -> Any:
+    """The SuperLink's two Fleet routes, as a FastAPI router of Flower's protobuf routes."""
+    from typing import Annotated
+
+    from fastapi import APIRouter, Depends
+    from flwr.superlink.dependencies.linkstate import get_linkstate
+    from flwr.superlink.servicer.fleet import fleet_handlers
+    from flwr.supercore.protobuf.routing import ProtobufRoute
+    from flwr.supercore.protobuf.translation import PROTOBUF_REQUEST_DEPENDENCY
+
+    router = APIRouter(route_class=ProtobufRoute)
+    hints = {"request": Annotated[ObjectBatch, PROTOBUF_REQUEST_DEPENDENCY],
+             "state": Annotated[Any, Depends(get_linkstate)], "return": ObjectBatchReply}
+
+    def pulls(request: Any, state: Any) -> Any:
+        return _answer(request, "pull",
+                       lambda r: fleet_handlers.pull_object(request=r, state=state), "Fleet API")
+
+    def pushes(request: Any, state: Any) -> Any:
+        return _answer(request, "push",
+                       lambda r: fleet_handlers.push_object(request=r, state=state), "Fleet API")
+
+    _route(router, PULL_PATH, pulls, hints)
+    _route(router, PUSH_PATH, pushes, hints)
+    return router
+
+
+def runtime_batch_router() -> Any:
+    """The SuperNode's two Runtime API routes (the executor's side; the task's token is
+    checked once for the batch, as Flower's ``TaskDependency`` checks it for one object)."""
+    from typing import Annotated
+
+    from fastapi import APIRouter
+    from flwr.supercore.dependencies.runtime import (
+        RuntimeHandlersDependency,
+        RuntimeStateDependency,
+        TaskDependency,
+    )
+    from flwr.supercore.protobuf.routing import ProtobufRoute
+    from flwr.supercore.protobuf.translation import PROTOBUF_REQUEST_DEPENDENCY
+
+    router = APIRouter(route_class=ProtobufRoute)
+    hints = {"request": Annotated[ObjectBatch, PROTOBUF_REQUEST_DEPENDENCY],
+             "state": RuntimeStateDependency, "handlers": RuntimeHandlersDependency,
+             "task": TaskDependency, "return": ObjectBatchReply}
+
+    def pulls(request: Any, state: Any, handlers: Any, task: Any) -> Any:
+        return _answer(request, "pull", lambda r: handlers.pull_object(r, state, task),
+                       "Runtime API")
+
+    def pushes(request: Any, state: Any, handlers: Any, task: Any) -> Any:
+        return _answer(request, "push", lambda r: handlers.push_object(r, state, task),
+                       "Runtime API")
+
+    _route(router, RUNTIME_PULL_PATH, pulls, hints)
+    _route(router, RUNTIME_PUSH_PATH, pushes, hints)
+    return router
+
+
+def install_server(on: str = "superlink") -> bool:
+    """Make every app built in this process serve the batch routes: ``on`` = "superlink" (the
+    edge's: a SuperNode's Fleet routes and the edge ServerApp's Runtime API routes,
+    ``flwr.superlink.main.create_app``) or "supernode" (a client's Runtime API, the executor's
+    side, ``flwr.supernode.main.create_app``); False (logged) when Flower differs from what
+    this was written for."""
+    if on == "supernode":
+        import flwr.supernode.main as main
+    elif on == "superlink":
+        import flwr.superlink.main as main  # type: ignore[no-redef]
+    else:
+        raise ValueError(f"on must be 'superlink' or 'supernode', got {on!r}")
+    from flwr.supercore.protobuf import translation
+
+    from fedcure_app.flower.object_pulls import version_problem
+
+    problem = version_problem()
+    create = getattr(main, "create_app", None)
+    types = getattr(translation, "PROTOBUF_REQUEST_TYPES", None)
+    if problem or not callable(create) or not isinstance(types, dict):
+        log.warning("no object batches are served: %s",
+                    problem or "Flower's app factory or request-type table is gone")
+        return False
+    routers = [runtime_batch_router]
+    paths = [RUNTIME_PULL_PATH, RUNTIME_PUSH_PATH]
+    if on == "superlink":
+        routers.append(batch_router)
+        paths += [PULL_PATH, PUSH_PATH]
+    for path in paths:
+        types[("POST", path)] = ObjectBatch
+
+    @functools.wraps(create)
+    def create_app(*args: Any, **kwargs: Any) -> Any:
+        app = create(*args, **kwargs)
+        for router in routers:
+            app.include_router(router())
+        return app
+
+    main.create_app = create_app
+    return True
+
+
+__all__ = ["ForeignNode", "batch_router", "install_server", "pull_batch", "push_batch",
+           "runtime_batch_router"]
