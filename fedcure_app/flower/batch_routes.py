@@ -101,10 +101,11 @@ def _answer(batch: Any, kind: str, one: Callable[[Any], Any], api: str) -> Any:
 
 
 def _route(router: Any, path: str, endpoint: Callable[..., Any], hints: dict[str, Any]) -> None:
-    # real objects, not this module's postponed (string) annotations: FastAPI resolves a
-    # route's annotations in the module's globals, where these names are not
-    endpoint.__name__ = endpoint.__qualname__ = "fedcure_" + path.rsplit("/", 1)[1].replace(
-        "-", "_").replace("fedcure_", "")
+    # named by path (/v1/fleet/fedcure-pull-objects: fedcure_fleet_pull_objects), one
+    # operation id each; real objects, not this module's postponed (string) annotations:
+    # FastAPI resolves a route's annotations in the module's globals, where these names are not
+    api, action = path.split("/")[2], path.rsplit("/", 1)[1].removeprefix("fedcure-")
+    endpoint.__name__ = endpoint.__qualname__ = f"fedcure_{api}_{action.replace('-', '_')}"
     endpoint.__annotations__ = dict(hints)
     router.post(path)(endpoint)
 
@@ -137,8 +138,9 @@ def batch_router() -> Any:
 
 
 def runtime_batch_router() -> Any:
-    """The SuperNode's two Runtime API routes (the executor's side; the task's token is
-    checked once for the batch, as Flower's ``TaskDependency`` checks it for one object)."""
+    """The two Runtime API routes, on a SuperNode (the executor's side) or on the SuperLink
+    (the edge ServerApp's side); the task's token is checked once for the batch, as Flower's
+    ``TaskDependency`` checks it for one object."""
     from typing import Annotated
 
     from fastapi import APIRouter
