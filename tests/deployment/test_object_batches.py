@@ -4,6 +4,7 @@ that batches what Flower asks of it one object at a time."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import httpx
@@ -112,45 +113,49 @@ def test_a_push_batch_stores_every_object_through_flowers_handler():
     assert store.objects == {"a": b"1", "b": b"2"}
 
 
-def test_the_routes_are_served_behind_flowers_protobuf_translation():
+@contextlib.contextmanager
+def _served(router, paths, overrides):
+    """A FastAPI app behind Flower's protobuf translation serving ``router``; yields a client
+    that POSTs a batch to a path and returns the HTTP response."""
     from fastapi import FastAPI
     from fastapi.testclient import TestClient
-    from flwr.superlink.dependencies.linkstate import get_linkstate
-    from flwr.superlink.servicer.fleet import fleet_handlers
-    from flwr.supercore.protobuf.translation import (
-        PROTOBUF_REQUEST_TYPES,
-        ProtobufTranslationMiddleware,
-    )
+    from flwr.supercore.protobuf import translation
 
-    store = Store({"a": b"AA"})
     app = FastAPI()
-    app.add_middleware(ProtobufTranslationMiddleware)
-    app.include_router(routes.batch_router())
-    app.dependency_overrides[get_linkstate] = lambda: "state"
-    saved = dict(PROTOBUF_REQUEST_TYPES)
-    PROTOBUF_REQUEST_TYPES[("POST", ob.PULL_PATH)] = ob.ObjectBatch
-    PROTOBUF_REQUEST_TYPES[("POST", ob.PUSH_PATH)] = ob.ObjectBatch
-    mp = pytest.MonkeyPatch()
-    mp.setattr(fleet_handlers, "pull_object", lambda *, request, state: store.pull(request))
-    mp.setattr(fleet_handlers, "push_object", lambda *, request, state: store.push(request))
+    app.add_middleware(translation.ProtobufTranslationMiddleware)
+    app.include_router(router)
+    app.dependency_overrides.update(overrides)
+    saved = dict(translation.PROTOBUF_REQUEST_TYPES)
+    translation.PROTOBUF_REQUEST_TYPES.update({("POST", p): ob.ObjectBatch for p in paths})
+    headers = {"content-type": "application/protobuf", "accept": "application/protobuf"}
     try:
         with TestClient(app) as http:
-            headers = {"content-type": "application/protobuf", "accept": "application/protobuf"}
-            r = http.post(ob.PUSH_PATH, headers=headers,
-                          content=_batch(9, [_push(9, "b", b"BB")]).SerializeToString())
-            assert r.status_code == 200, r.text
-            r = http.post(ob.PULL_PATH, headers=headers,
-                          content=_batch(9, [_pull(9, "a"), _pull(9, "b")]).SerializeToString())
-            assert r.status_code == 200, r.text
-            got = _replies(ob.ObjectBatchReply.FromString(r.content), PullObjectResponse)
-            assert [g.object_content for g in got] == [b"AA", b"BB"]
-            r = http.post(ob.PULL_PATH, headers=headers,
-                          content=_batch(9, [_pull(8, "a")]).SerializeToString())
-            assert r.status_code == 401
+            yield lambda path, node, requests: http.post(
+                path, headers=headers, content=_batch(node, requests).SerializeToString())
     finally:
-        mp.undo()
-        PROTOBUF_REQUEST_TYPES.clear()
-        PROTOBUF_REQUEST_TYPES.update(saved)
+        translation.PROTOBUF_REQUEST_TYPES.clear()
+        translation.PROTOBUF_REQUEST_TYPES.update(saved)
+
+
+def test_the_routes_are_served_behind_flowers_protobuf_translation(monkeypatch):
+    from flwr.superlink.dependencies.linkstate import get_linkstate
+    from flwr.superlink.servicer.fleet import fleet_handlers
+
+    store = Store({"a": b"AA"})
+    monkeypatch.setattr(fleet_handlers, "pull_object",
+                        lambda *, request, state: store.pull(request, state))
+    monkeypatch.setattr(fleet_handlers, "push_object",
+                        lambda *, request, state: store.push(request, state))
+    with _served(routes.batch_router(), (ob.PULL_PATH, ob.PUSH_PATH),
+                 {get_linkstate: lambda: "state"}) as post:
+        r = post(ob.PUSH_PATH, 9, [_push(9, "b", b"BB")])
+        assert r.status_code == 200, r.text
+        r = post(ob.PULL_PATH, 9, [_pull(9, "a"), _pull(9, "b")])
+        assert r.status_code == 200, r.text
+        got = _replies(ob.ObjectBatchReply.FromString(r.content), PullObjectResponse)
+        assert [g.object_content for g in got] == [b"AA", b"BB"]
+        assert post(ob.PULL_PATH, 9, [_pull(8, "a")]).status_code == 401
+    assert store.calls == [("push", "state")] + [("pull", "state")] * 2
 
 
 # ----------------------------------------------------------------------------- the SuperNode
@@ -383,13 +388,7 @@ def test_a_connected_grids_client_batches_from_then_on(monkeypatch):
 
 
 def test_the_runtime_routes_check_the_task_and_answer_through_its_handlers():
-    from fastapi import FastAPI
-    from fastapi.testclient import TestClient
     from flwr.supercore.dependencies import runtime as deps
-    from flwr.supercore.protobuf.translation import (
-        PROTOBUF_REQUEST_TYPES,
-        ProtobufTranslationMiddleware,
-    )
 
     store = Store({"a": b"AA"})
 
@@ -404,29 +403,15 @@ def test_the_runtime_routes_check_the_task_and_answer_through_its_handlers():
             assert task == "task-7"
             return store.push(request, state)
 
-    app = FastAPI()
-    app.add_middleware(ProtobufTranslationMiddleware)
-    app.include_router(routes.runtime_batch_router())
-    app.dependency_overrides[deps.get_runtime_state] = lambda: "state"
-    app.dependency_overrides[deps.get_runtime_handlers] = lambda: Handlers
-    app.dependency_overrides[deps.get_task] = lambda: "task-7"
-    saved = dict(PROTOBUF_REQUEST_TYPES)
-    PROTOBUF_REQUEST_TYPES[("POST", ob.RUNTIME_PULL_PATH)] = ob.ObjectBatch
-    PROTOBUF_REQUEST_TYPES[("POST", ob.RUNTIME_PUSH_PATH)] = ob.ObjectBatch
-    try:
-        with TestClient(app) as http:
-            headers = {"content-type": "application/protobuf", "accept": "application/protobuf"}
-            r = http.post(ob.RUNTIME_PUSH_PATH, headers=headers,
-                          content=_batch(9, [_push(9, "b", b"BB")]).SerializeToString())
-            assert r.status_code == 200, r.text
-            r = http.post(ob.RUNTIME_PULL_PATH, headers=headers,
-                          content=_batch(9, [_pull(9, "b"), _pull(9, "a")]).SerializeToString())
-            got = _replies(ob.ObjectBatchReply.FromString(r.content), PullObjectResponse)
-            assert [g.object_content for g in got] == [b"BB", b"AA"]
-        assert store.calls == [("push", "state"), ("pull", "state"), ("pull", "state")]
-    finally:
-        PROTOBUF_REQUEST_TYPES.clear()
-        PROTOBUF_REQUEST_TYPES.update(saved)
+    with _served(routes.runtime_batch_router(), (ob.RUNTIME_PULL_PATH, ob.RUNTIME_PUSH_PATH),
+                 {deps.get_runtime_state: lambda: "state",
+                  deps.get_runtime_handlers: lambda: Handlers,
+                  deps.get_task: lambda: "task-7"}) as post:
+        assert post(ob.RUNTIME_PUSH_PATH, 9, [_push(9, "b", b"BB")]).status_code == 200
+        r = post(ob.RUNTIME_PULL_PATH, 9, [_pull(9, "b"), _pull(9, "a")])
+        got = _replies(ob.ObjectBatchReply.FromString(r.content), PullObjectResponse)
+        assert [g.object_content for g in got] == [b"BB", b"AA"]
+    assert store.calls == [("push", "state"), ("pull", "state"), ("pull", "state")]
 
 
 @pytest.mark.parametrize("on", ["superlink", "supernode"])
