@@ -38,11 +38,20 @@ class ForeignNode(ValueError):
     """An inner request names another node than the one that signed the batch."""
 
 
+class BadBatch(ValueError):
+    """An inner request is not the protobuf message its route takes."""
+
+
 def _inner(batch: Any, request_type: type) -> list[Any]:
+    from google.protobuf.message import DecodeError
+
     requests = []
-    for raw in batch.requests:
+    for i, raw in enumerate(batch.requests):
         request = request_type()
-        request.ParseFromString(raw)
+        try:
+            request.ParseFromString(raw)
+        except DecodeError:
+            raise BadBatch(f"requests[{i}] is not a {request_type.__name__}") from None
         if request.node.node_id != batch.node_id:
             raise ForeignNode(f"a batch of node {batch.node_id} names node "
                               f"{request.node.node_id}")
@@ -98,6 +107,8 @@ def _answer(batch: Any, kind: str, one: Callable[[Any], Any], api: str) -> Any:
         return pull_batch(batch, one) if kind == "pull" else push_batch(batch, one)
     except ForeignNode as err:
         raise HTTPException(status_code=status.HTTP_401_UNAUTHORIZED, detail=str(err)) from None
+    except BadBatch as err:
+        raise HTTPException(status_code=status.HTTP_400_BAD_REQUEST, detail=str(err)) from None
 
 
 def _route(router: Any, path: str, endpoint: Callable[..., Any], hints: dict[str, Any]) -> None:
@@ -212,5 +223,5 @@ def install_server(on: str = "superlink") -> bool:
     return True
 
 
-__all__ = ["ForeignNode", "batch_router", "install_server", "pull_batch", "push_batch",
+__all__ = ["BadBatch", "ForeignNode", "batch_router", "install_server", "pull_batch", "push_batch",
            "runtime_batch_router"]

@@ -72,7 +72,7 @@ ObjectBatch, ObjectBatchReply = _wire_schema()
 
 
 class Batcher:
-    """What a SuperNode's Fleet client batches: the objects it is pulling now (:meth:`wanting`),
+    """What one process's client batches: the objects it is pulling now (:meth:`wanting`),
     the pulled contents not yet handed out, and the pushes a thread is collecting
     (:meth:`collecting`). ``send(client, path, requests)`` sends one batch and returns the
     replies' bytes; it raises on any failure, after which the objects go one by one."""
@@ -102,9 +102,9 @@ class Batcher:
                 for i in gone:
                     self._ready.pop(i, None)
 
-    def pulled(self, client: Any, request: Any) -> bytes | None:
-        """The serialized ``PullObjectResponse`` for ``request`` from a batch, or None when
-        it is not one of the wanted objects or batching is off (then pull it alone)."""
+    def pulled(self, client: Any, request: Any) -> Any:
+        """The ``PullObjectResponse`` for ``request`` from a batch, or None when it is not one
+        of the wanted objects or batching is off (then pull it alone)."""
         from flwr.proto.message_pb2 import PullObjectRequest, PullObjectResponse
 
         with self._lock:
@@ -121,12 +121,12 @@ class Batcher:
                     self._failed(err)
                     return None
                 self._ready.update(zip(ids, replies))
-            raw = self._ready.pop(oid)
-            reply = PullObjectResponse.FromString(raw)
-            if reply.object_found and not reply.object_available:
-                return raw  # asked for again after Flower's back-off: still wanted
-            self._wanted.remove(oid)  # handed out (or not found): a later batch leaves it out
-            return raw
+            reply = PullObjectResponse.FromString(self._ready.pop(oid))
+            if not (reply.object_found and not reply.object_available):
+                # handed out (or not found): a later batch leaves it out; one not there yet is
+                # asked for again after Flower's back-off, so it stays wanted
+                self._wanted.remove(oid)
+            return reply
 
     @contextlib.contextmanager
     def collecting(self) -> Iterator[list[tuple[Any, Any]]]:
@@ -180,26 +180,22 @@ def send_batch(client: Any, path: str, requests: list[Any]) -> list[bytes]:
 
 
 def batching_client(base: type, batcher: Batcher) -> type:
-    """``base`` (Flower's ``FleetHttpClient``) whose object pulls and pushes go through
-    ``batcher``."""
-    from flwr.proto.message_pb2 import PullObjectResponse, PushObjectResponse
+    """``base`` (Flower's ``FleetHttpClient`` or ``RuntimeHttpClient``) whose object pulls and
+    pushes go through ``batcher``."""
+    from flwr.proto.message_pb2 import PushObjectResponse
 
-    class BatchingFleetClient(base):  # type: ignore[misc, valid-type]
+    class BatchingClient(base):  # type: ignore[misc, valid-type]
         def PullObject(self, request: Any) -> Any:  # noqa: N802 - Flower's name
-            raw = batcher.pulled(self, request)
-            if raw is None:
-                return super().PullObject(request)
-            reply = PullObjectResponse()
-            reply.ParseFromString(raw)
-            return reply
+            reply = batcher.pulled(self, request)
+            return super().PullObject(request) if reply is None else reply
 
         def PushObject(self, request: Any) -> Any:  # noqa: N802 - Flower's name
             if batcher.collect(self, request):
                 return PushObjectResponse(stored=True)  # checked when the batch is sent
             return super().PushObject(request)
 
-    BatchingFleetClient.__name__ = BatchingFleetClient.__qualname__ = f"Batching{base.__name__}"
-    return BatchingFleetClient
+    BatchingClient.__name__ = BatchingClient.__qualname__ = f"Batching{base.__name__}"
+    return BatchingClient
 
 
 def batched_pulls(pull_objects: Callable[..., Any], batcher: Batcher) -> Callable[..., Any]:
@@ -287,6 +283,18 @@ def batched_tree_pulls(pull_tree: Callable[..., Any], batcher: Batcher) -> Calla
     return pulls
 
 
+def _patch_problem(what: str, needed: Iterable[tuple[ModuleType, str]]) -> bool:
+    """True (and a warning that ``what`` go one by one) when Flower is outside the pinned
+    range or a module lacks a name the patch replaces."""
+    from fedcure_app.flower.object_pulls import version_problem
+
+    missing = [name for module, name in needed if not callable(getattr(module, name, None))]
+    problem = version_problem() or (f"Flower has no {', '.join(missing)}" if missing else "")
+    if problem:
+        log.warning("%s go one by one: %s", what, problem)
+    return bool(problem)
+
+
 def install_executor(run_clientapp: ModuleType | None = None) -> Batcher | None:
     """Batch the object pulls and pushes of the ClientApp side run in this process (Flower's
     ``run_clientapp`` module's ``pull_task_input`` and ``push_message``); the caller builds its
@@ -294,13 +302,9 @@ def install_executor(run_clientapp: ModuleType | None = None) -> Batcher | None:
     when Flower differs from what this was written for."""
     if run_clientapp is None:
         from flwr.supernode.runtime import run_clientapp  # type: ignore[no-redef]
-    from fedcure_app.flower.object_pulls import version_problem
-
-    names = ("pull_and_inflate_object_from_tree", "push_objects")
-    missing = [n for n in names if not callable(getattr(run_clientapp, n, None))]
-    problem = version_problem() or (f"Flower has no {', '.join(missing)}" if missing else "")
-    if problem:
-        log.warning("the executor's object pulls and pushes go one by one: %s", problem)
+    if _patch_problem("the executor's object pulls and pushes",
+                      ((run_clientapp, "pull_and_inflate_object_from_tree"),
+                       (run_clientapp, "push_objects"))):
         return None
     batcher = Batcher(send_batch, (RUNTIME_PULL_PATH, RUNTIME_PUSH_PATH))
     run_clientapp.pull_and_inflate_object_from_tree = batched_tree_pulls(
@@ -318,15 +322,9 @@ def install_client(start: ModuleType | None = None,
         from flwr.supernode import start_client_internal as start  # type: ignore[no-redef]
     if connection is None:
         from flwr.supernode import fleet_http_connection as connection  # type: ignore[no-redef]
-    from fedcure_app.flower.object_pulls import version_problem
-
-    missing = [name for mod, name in ((start, "pull_objects"),
-                                      (start, "push_object_contents_from_iterable"),
-                                      (connection, "FleetHttpClient"))
-               if not hasattr(mod, name)]
-    problem = version_problem() or (f"Flower has no {', '.join(missing)}" if missing else "")
-    if problem:
-        log.warning("object pulls and pushes go one by one: %s", problem)
+    if _patch_problem("the SuperNode's object pulls and pushes",
+                      ((start, "pull_objects"), (start, "push_object_contents_from_iterable"),
+                       (connection, "FleetHttpClient"))):
         return None
     batcher = Batcher(send_batch)
     connection.FleetHttpClient = batching_client(connection.FleetHttpClient, batcher)
@@ -342,13 +340,9 @@ def install_grid(grid: Any, http_grid: ModuleType | None = None) -> Batcher | No
     API client, built already or not); None (logged) when Flower differs."""
     if http_grid is None:
         from flwr.superlink.grid import http_grid  # type: ignore[no-redef]
-    from fedcure_app.flower.object_pulls import version_problem
-
-    names = ("pull_objects", "push_objects", "RuntimeHttpClient")
-    missing = [n for n in names if getattr(http_grid, n, None) is None]
-    problem = version_problem() or (f"Flower has no {', '.join(missing)}" if missing else "")
-    if problem:
-        log.warning("the ServerApp's object pulls and pushes go one by one: %s", problem)
+    if _patch_problem("the ServerApp's object pulls and pushes",
+                      ((http_grid, n) for n in ("pull_objects", "push_objects",
+                                                "RuntimeHttpClient"))):
         return None
     batcher = Batcher(send_batch, (RUNTIME_PULL_PATH, RUNTIME_PUSH_PATH))
     base = http_grid.RuntimeHttpClient

@@ -105,6 +105,14 @@ def test_a_pull_reply_stops_adding_contents_past_its_cap(sizes, cap):
             assert (r.object_found, r.object_available, r.object_content) == (True, False, b"")
 
 
+def test_a_batch_whose_inner_request_is_not_a_request_is_refused_naming_it():
+    store = Store({"a": b"A"})
+    batch = ob.ObjectBatch(node_id=3, requests=[_pull(3, "a").SerializeToString(), b"\xff\xff"])
+    with pytest.raises(routes.BadBatch, match=r"requests\[1\] is not a PullObjectRequest"):
+        routes.pull_batch(batch, store.pull)
+    assert store.calls == []
+
+
 def test_a_push_batch_stores_every_object_through_flowers_handler():
     store = Store({})
     reply = routes.push_batch(_batch(2, [_push(2, "a", b"1"), _push(2, "b", b"2")]),
@@ -115,8 +123,8 @@ def test_a_push_batch_stores_every_object_through_flowers_handler():
 
 @contextlib.contextmanager
 def _served(router, paths, overrides):
-    """A FastAPI app behind Flower's protobuf translation serving ``router``; yields a client
-    that POSTs a batch to a path and returns the HTTP response."""
+    """A FastAPI app behind Flower's protobuf translation serving ``router``; yields a function
+    that POSTs a batch (or raw bytes) to a path and returns the HTTP response."""
     from fastapi import FastAPI
     from fastapi.testclient import TestClient
     from flwr.supercore.protobuf import translation
@@ -130,8 +138,12 @@ def _served(router, paths, overrides):
     headers = {"content-type": "application/protobuf", "accept": "application/protobuf"}
     try:
         with TestClient(app) as http:
-            yield lambda path, node, requests: http.post(
-                path, headers=headers, content=_batch(node, requests).SerializeToString())
+            def post(path, node, requests):  # requests: messages, or the body as bytes
+                body = (requests if isinstance(requests, bytes)
+                        else _batch(node, requests).SerializeToString())
+                return http.post(path, headers=headers, content=body)
+
+            yield post
     finally:
         translation.PROTOBUF_REQUEST_TYPES.clear()
         translation.PROTOBUF_REQUEST_TYPES.update(saved)
@@ -155,6 +167,10 @@ def test_the_routes_are_served_behind_flowers_protobuf_translation(monkeypatch):
         got = _replies(ob.ObjectBatchReply.FromString(r.content), PullObjectResponse)
         assert [g.object_content for g in got] == [b"AA", b"BB"]
         assert post(ob.PULL_PATH, 9, [_pull(8, "a")]).status_code == 401
+        r = post(ob.PUSH_PATH, 9, [])
+        assert r.status_code == 200 and not ob.ObjectBatchReply.FromString(r.content).replies
+        r = post(ob.PULL_PATH, 9, ob.ObjectBatch(node_id=9, requests=[b"\xff"]).SerializeToString())
+        assert r.status_code == 400 and "requests[0] is not a PullObjectRequest" in r.text
     assert store.calls == [("push", "state")] + [("pull", "state")] * 2
 
 
@@ -296,6 +312,17 @@ def test_an_object_the_superlink_did_not_store_fails_the_push():
     batcher, client = _client(link)
     with pytest.raises(ObjectPushError):
         _pushes(batcher, client, [("a", b"1")])
+
+
+def test_a_flower_without_a_patched_name_is_left_alone_with_one_warning(caplog):
+    import types
+
+    start = types.SimpleNamespace(pull_objects=pull_objects)  # no push function
+    connection = types.SimpleNamespace(FleetHttpClient=OneByOne)
+    with caplog.at_level("WARNING", logger="fedcure.flower.object_batches"):
+        assert ob.install_client(start, connection) is None
+    assert "push_object_contents_from_iterable" in caplog.text
+    assert start.pull_objects is pull_objects and connection.FleetHttpClient is OneByOne
 
 
 def test_the_patch_fits_the_installed_flower(monkeypatch):
