@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from fedcure_app.protocol.codec import decode_arrays
 from fedcure_app.config import FedCureConfig
 from fedcure_app.protocol import cloud_pb2 as pb
 from fedcure_app.strategy import EdgeUpdate
@@ -54,6 +55,18 @@ def observed_latency(latency_s: float, startup_s: float) -> float:
     if not startup_s >= 0 or not math.isfinite(startup_s):
         raise ValueError(f"startup must be finite seconds >= 0, got {startup_s}")
     return max(latency_s - startup_s, MIN_OBSERVED_SHARE * latency_s)
+
+
+def base_arrays(task: TaskState, strategy: Any) -> list[np.ndarray]:
+    """The model ``task`` started from, which the norm screen measures its edge model
+    against: the step bound holds for the distance from it, whatever the global model did
+    meanwhile (a stale answer's distance from the current global model adds the other
+    coalitions' updates). The current global model when the task is of the current version
+    or no longer carries its model (an expired task restored from a checkpoint)."""
+    blob = task.message.model_bytes()
+    if task.dispatch.version == strategy.version or len(blob) == 0:
+        return strategy.global_arrays
+    return decode_arrays(blob)
 
 
 class Arrivals:
@@ -154,7 +167,7 @@ class Arrivals:
             raise Refusal(Reason.INVALID_ARGUMENT,
                           f"task {task.task_id}: the reported stats give a non-finite energy")
         t0 = time.perf_counter()
-        dist = distance(arrays, strategy.global_arrays)
+        dist = distance(arrays, base_arrays(task, strategy))
         refused = self.screen.check(dist)
         if refused is not None:
             raise Refusal(Reason.INVALID_ARGUMENT, f"task {task.task_id}: {refused}")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -134,9 +135,10 @@ class EdgeStreams(Mapping[int, EdgeSlot]):
         for t in tasks:
             slot = self._slots[t.dispatch.coalition]
             slot.current = t
-            log.info("round %d: task %s -> edge %d (%d clients, version %d, T^ %.2f s)",
-                     t.dispatch.round, t.task_id, t.dispatch.coalition, len(t.dispatch.clients),
-                     t.dispatch.version, t.dispatch.t_hat_s)
+            log.info("round %d: task %s -> edge %d (%d clients, version %d, T^ %.2f s, "
+                     "deadline %s)", t.dispatch.round, t.task_id, t.dispatch.coalition,
+                     len(t.dispatch.clients), t.dispatch.version, t.dispatch.t_hat_s,
+                     f"{t.deadline_s:.1f} s" if math.isfinite(t.deadline_s) else "none")
             async with slot.cond:
                 slot.cond.notify_all()
 

@@ -175,6 +175,7 @@ class RunLoop:
         t = asyncio.ensure_future(coro)
         self._background.add(t)
         t.add_done_callback(self._background.discard)
+        t.add_done_callback(_log_failure)
 
     # ================================================================== registration
     async def register(self, entry: ClientEntry, time_remaining: float | None
@@ -275,6 +276,12 @@ class RunLoop:
         await self.edges.wake_all()
         log.info("training over after %d rounds%s", len(c.records),
                  f"; results in {c.results.out_dir}" if c.results.out_dir else "")
+
+
+def _log_failure(task: asyncio.Future) -> None:
+    """Log a background task that ended with an exception (else it would vanish)."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("background task failed", exc_info=task.exception())
 
 
 __all__ = ["RunLoop"]

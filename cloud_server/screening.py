@@ -1,7 +1,8 @@
 """Norm screen: refuse an edge model far outside what training can produce, from the first one.
 
-The distance of an edge model ω_m from the current global model ω is the L2 norm over every
-tensor, ‖ω_m − ω‖ (float64). :class:`NormScreen` refuses a model whose distance is not finite or
+The distance of an edge model ω_m from the model ω its task started from (the global model of
+the task's version: ``cloud_server.arrivals.base_arrays``) is the L2 norm over every tensor,
+‖ω_m − ω‖ (float64). :class:`NormScreen` refuses a model whose distance is not finite or
 exceeds its limit
 
     limit = min(cap, max(FLOOR_SHARE·cap, factor × median(history)))  (≥ min_history)
@@ -112,14 +113,14 @@ class NormScreen:
     def check(self, dist: float) -> str | None:
         """None when a model at distance ``dist`` passes; else a one-line reason."""
         if not math.isfinite(dist):
-            return "edge model is at a non-finite distance from the global model"
+            return "edge model is at a non-finite distance from the model its task started from"
         if dist > self.cap:
-            return (f"edge model is {dist:.4g} from the global model, beyond the step bound "
+            return (f"edge model is {dist:.4g} from its task's model, beyond the step bound "
                     f"{self.cap:.4g} (lr·τ_c·τ_e·norm-grad-bound: the farthest a task's SGD "
                     "steps move it)")
         lim = self.limit()
         if dist > lim:
-            return (f"edge model is {dist:.4g} from the global model, beyond the limit "
+            return (f"edge model is {dist:.4g} from its task's model, beyond the limit "
                     f"{lim:.4g} ({self.factor:g}× the median "
                     f"{lower_median(self.history):.4g} of the last {len(self.history)} "
                     "accepted)")

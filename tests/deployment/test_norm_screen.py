@@ -175,3 +175,31 @@ def test_ten_extreme_updates_after_normal_ones_are_refused_and_a_normal_one_then
     assert c.strategy.version == version and c.screen.state_dict() == state
     assert submit(c, t, [a + np.float32(0.012) for a in c.strategy.global_arrays]
                   ).record["version"] == version + 1
+
+
+def test_a_stale_honest_answer_is_measured_from_the_model_its_task_started_from(tmp_path):
+    # coalition A's task stays out while B's answers move the global model one way, until the
+    # global model is farther from A's base than the step bound: A's honest step (0.01 per
+    # weight from its base) passes, while the same step from the current global model's
+    # distance would not, and the same distance from A's base beyond the bound is refused
+    c, tasks = formed(tmp_path, **{"norm-grad-bound": 10.0, "global-rounds": 500,
+                                   "max-concurrent": 2})
+    by_coalition = {t.dispatch.coalition: t for t in tasks}
+    assert len(by_coalition) == 2
+    a, b = by_coalition[0], by_coalition[1]
+    base = [x.copy() for x in c.strategy.global_arrays]
+    while distance(c.strategy.global_arrays, base) <= 2 * c.screen.cap:
+        arrival = submit(c, b, [x + np.float32(0.01) for x in c.strategy.global_arrays])
+        b = next(t for t in arrival.new if t.dispatch.coalition == 1)
+    honest = [x + np.float32(0.01) for x in base]
+    assert distance(honest, c.strategy.global_arrays) > c.screen.cap
+    version = c.strategy.version
+    arrival = submit(c, a, honest)
+    assert arrival.record["version"] == version + 1 and arrival.record["staleness"] > 0
+    a = next(t for t in arrival.new if t.dispatch.coalition == 0)
+    start = [x.copy() for x in c.strategy.global_arrays]
+    for t in arrival.new:  # the next task of A starts from the current model
+        assert t.dispatch.version == c.strategy.version
+    with pytest.raises(Refusal) as err:
+        submit(c, a, [x + np.float32(1.0) for x in start])
+    assert err.value.reason is Reason.INVALID_ARGUMENT and "step bound" in str(err.value)
