@@ -45,3 +45,28 @@ def test_stop_still_ends_a_grandchild_started_between_scans():
     while any(alive(p) for p in grandchildren) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(alive(p) for p in grandchildren)
+
+
+def test_descendants_from_the_threads_children_lists_match_a_full_scan():
+    # a child with a thread that forks (its child is listed under that thread) and a
+    # grandchild in a new session: both ways find the same tree
+    code = ("import subprocess, sys, threading, time\n"
+            "leaf = [sys.executable, '-c', 'import time; time.sleep(60)']\n"
+            "mid = [sys.executable, '-c', 'import subprocess, sys, time; "
+            "subprocess.Popen(%r, start_new_session=True); time.sleep(60)' % (leaf,)]\n"
+            "threading.Thread(target=lambda: subprocess.Popen(leaf)).start()\n"
+            "subprocess.Popen(mid)\n"
+            "time.sleep(60)\n")
+    child = Child("tree", [sys.executable, "-c", code])
+    try:
+        end = time.monotonic() + 20
+        while len(descendants(child.pid)) < 3 and time.monotonic() < end:
+            time.sleep(0.05)
+        if processes._children(child.pid) is None:
+            pytest.skip("this kernel has no /proc/PID/task/TID/children (CONFIG_PROC_CHILDREN)")
+        found = descendants(child.pid)
+        assert len(found) == 3
+        assert sorted(found) == sorted(processes._descendants_by_scan(child.pid))
+    finally:
+        child.stop(grace_s=1.0)
+    assert descendants(child.pid) == []

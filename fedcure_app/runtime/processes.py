@@ -3,9 +3,9 @@
 Flower's ``flower-superlink``/``flower-supernode`` start a ``flower-superexec`` in a new session,
 which starts one ``flwr-serverapp``/``flwr-clientapp`` process per run or message; a process
 group kill does not reach them. :class:`Child` therefore records a process's descendants
-(walking ``/proc`` by parent PID) before it stops the process, and then stops whichever of those
-PIDs are still alive: first SIGTERM, then SIGKILL after a grace period. Nothing is ever killed
-by name.
+(walking ``/proc``: the threads' children lists, else every parent PID) before it stops the
+process, and then stops whichever of those PIDs are still alive: first SIGTERM, then SIGKILL
+after a grace period. Nothing is ever killed by name.
 
 Also here: free loopback ports, port checks, and the offline-safe environment every Flower
 process of FedCure runs with, whose ``PATH`` starts with this Python's scripts directory
@@ -205,8 +205,49 @@ def alive(pid: int) -> bool:
     return st[1] not in ("Z", "X")
 
 
+def _children(pid: int) -> list[int] | None:
+    """The live children of ``pid`` from its threads' ``/proc/PID/task/TID/children`` files
+    (a child is listed under the thread that forked it); None where the kernel has no such
+    files (``CONFIG_PROC_CHILDREN``). [] when ``pid`` is gone."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return []
+    except OSError:
+        return None
+    out: list[int] = []
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                out.extend(int(c) for c in f.read().split())
+        except FileNotFoundError:
+            if not os.path.isdir(f"/proc/{pid}/task/{tid}"):
+                continue  # the thread ended meanwhile
+            return None
+        except OSError:
+            return None
+    return [c for c in out if alive(c)]
+
+
 def descendants(pid: int) -> list[int]:
-    """Every live process below ``pid`` (children first, then theirs), via /proc."""
+    """Every live process below ``pid`` (children first, then theirs), via /proc: by walking
+    the threads' children lists (a few reads per process of the tree), else by reading every
+    process's parent (one read per process on the host: milliseconds with a few hundred)."""
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        found = _children(todo.pop(0))
+        if found is None:
+            return _descendants_by_scan(pid)
+        for c in found:
+            if c not in out:
+                out.append(c)
+                todo.append(c)
+    return out
+
+
+def _descendants_by_scan(pid: int) -> list[int]:
+    """:func:`descendants` from every process's parent PID (kernels without children lists)."""
     children: dict[int, list[int]] = {}
     try:
         entries = os.listdir("/proc")
