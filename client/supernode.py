@@ -278,6 +278,10 @@ def main(argv: list[str] | None = None) -> None:
 
     install_client()  # a message's objects in one request each way (where the SuperLink can)
     install_server(on="supernode")  # and the executor's, on this SuperNode's Runtime API
+    from fedcure_app.flower.buffered_middleware import install as inline_middlewares
+
+    if inline_middlewares():  # its Runtime API's middlewares without a task per request
+        log.info("Flower's middlewares run inline on the Runtime API")
     from flwr.supernode.cli.flower_supernode import flower_supernode
 
     args = sys.argv[1:] if argv is None else list(argv)

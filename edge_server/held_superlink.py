@@ -67,6 +67,11 @@ def main(argv: list[str] | None = None) -> None:
     # a message's objects in one request each way: a SuperNode's and the edge ServerApp's
     if install_server(on="superlink"):
         log.info("object batches: %s, %s and the Runtime API's", PULL_PATH, PUSH_PATH)
+    from fedcure_app.flower.buffered_middleware import install as inline_middlewares
+
+    # Flower's middlewares without a task and two streams per Fleet and Runtime request
+    if inline_middlewares():
+        log.info("Flower's middlewares run inline on the Fleet and Runtime APIs")
     from flwr.superlink.cli.flower_superlink import flower_superlink
 
     sys.argv = ["flower-superlink", *(sys.argv[1:] if argv is None else argv)]

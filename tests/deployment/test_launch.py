@@ -94,16 +94,19 @@ def test_every_role_stops_its_children_without_killing_them(launched):
 
 def test_every_hop_moves_a_messages_objects_in_batches(launched):
     """Each edge's SuperLink took its SuperNodes' (Fleet API) and its ServerApp's (Runtime API)
-    objects of a message in one request, and each client's SuperNode its executor's."""
+    objects of a message in one request, and each client's SuperNode its executor's; both
+    ran Flower's middlewares inline."""
     out, done = launched
     assert done.returncode == 0, _diagnostics(out, done)
     for e in range(EDGES):
         text = (out / "work" / f"edge{e}" / "superlink.log").read_text()
         for api in ("Fleet API", "Runtime API"):
             assert f"object batches in use on the {api}" in text, text[-1500:]
+        assert "Flower's middlewares run inline on the Fleet and Runtime APIs" in text
     for c in range(CLIENTS):
         text = (out / "work" / f"client{c}" / "supernode.log").read_text()
         assert "object batches in use on the Runtime API" in text, text[-1500:]
+        assert "Flower's middlewares run inline on the Runtime API" in text
 
 
 def test_clients_trained_on_the_edge_servers_formation_chose(launched):

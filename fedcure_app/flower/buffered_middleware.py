@@ -1,0 +1,115 @@
+"""Flower's HTTP middlewares without a task group and two memory streams per request.
+
+Flower 1.41 serves its Fleet and Runtime APIs with FastAPI behind middlewares written as
+Starlette's ``BaseHTTPMiddleware`` (the protobuf translation, node authentication, tracing,
+the runtime version check). Each such layer runs the rest of the app in a task of its own and
+passes the response back through a memory stream, so that a streaming response can flow while
+the app still runs. Four layers of that cost about 1 ms of CPU per request on the 2-core
+machine (``tests/deployment/test_buffered_middleware.py`` measures both ways), and an edge round
+at 32 clients is a few hundred requests.
+
+No Fleet or Runtime API route streams its response: each answers one protobuf message. For
+those paths (:data:`BUFFERED_PREFIXES`) :func:`install` has every ``BaseHTTPMiddleware`` run the
+rest of the app inline and hand ``dispatch`` the response it collected: the same status,
+headers and body, the same ``request.state``, the app's exception raised from ``call_next`` as
+before. Every other path (the Control API, whose log and event streams do stream) goes through
+Starlette's own code unchanged.
+
+A held pull (:mod:`fedcure_app.flower.held_pulls`) only waits longer inside the app, which
+inline is the same. A client that disconnects while its request is handled is noticed when
+the response is sent, as with any plain ASGI app.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import MutableMapping
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+#: the paths whose requests run the middlewares inline (every route under them answers one
+#: message: Flower's Fleet and Runtime APIs and FedCure's object batches)
+BUFFERED_PREFIXES: tuple[str, ...] = ("/v1/fleet/", "/v1/runtime/")
+
+_installed: dict[str, Any] = {}
+
+
+async def _buffered_call(self: Any, scope: MutableMapping[str, Any], receive: Any,
+                         send: Any) -> None:
+    """``BaseHTTPMiddleware.__call__`` for one buffered request (see the module docstring)."""
+    from starlette.middleware.base import _CachedRequest
+    from starlette.responses import Response
+
+    request = _CachedRequest(scope, receive)
+    wrapped_receive = request.wrapped_receive
+
+    async def call_next(_request: Any) -> Response:
+        start: dict[str, Any] | None = None
+        body: list[bytes] = []
+
+        async def collect(message: MutableMapping[str, Any]) -> None:
+            nonlocal start
+            kind = message["type"]
+            if kind == "http.response.start":
+                start = dict(message)
+            elif kind == "http.response.body":
+                body.append(message.get("body", b""))
+
+        await self.app(scope, wrapped_receive, collect)
+        if start is None:
+            raise RuntimeError("No response returned.")
+        response = Response(content=b"".join(body), status_code=start["status"])
+        response.raw_headers = list(start.get("headers", []))
+        return response
+
+    response = await self.dispatch_func(request, call_next)
+    await response(scope, wrapped_receive, send)
+
+
+def install(prefixes: tuple[str, ...] = BUFFERED_PREFIXES) -> bool:
+    """Make every ``BaseHTTPMiddleware`` of this process run inline for HTTP requests whose
+    path starts with one of ``prefixes``; idempotent. False (and Starlette unchanged) when
+    Starlette's middleware lacks what this relies on."""
+    from starlette.middleware import base
+
+    if "call" in _installed:
+        return True
+    original = base.BaseHTTPMiddleware.__call__
+    if not hasattr(base, "_CachedRequest") or not hasattr(base._CachedRequest,
+                                                          "wrapped_receive"):
+        log.warning("Starlette %s has no _CachedRequest.wrapped_receive: Flower's middlewares "
+                    "run as Starlette runs them", _version())
+        return False
+
+    async def __call__(self: Any, scope: MutableMapping[str, Any], receive: Any,
+                       send: Any) -> None:
+        if scope["type"] == "http" and str(scope.get("path", "")).startswith(prefixes):
+            await _buffered_call(self, scope, receive, send)
+        else:
+            await original(self, scope, receive, send)
+
+    base.BaseHTTPMiddleware.__call__ = __call__  # type: ignore[method-assign]
+    _installed["call"] = original
+    return True
+
+
+def uninstall() -> None:
+    """Undo :func:`install` (tests)."""
+    from starlette.middleware import base
+
+    original = _installed.pop("call", None)
+    if original is not None:
+        base.BaseHTTPMiddleware.__call__ = original  # type: ignore[method-assign]
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("starlette")
+    except Exception:  # noqa: BLE001 - only for a log line
+        return "?"
+
+
+__all__ = ["BUFFERED_PREFIXES", "install", "uninstall"]
