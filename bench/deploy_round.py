@@ -107,6 +107,14 @@ def process_tree(root: int) -> dict[int, list[str]]:
     return {pid: stats[pid] for pid in mine if pid in stats}
 
 
+def kind_unsettled(known: str, parent_known: str | None) -> bool:
+    """Whether a process's kind must be read again: unknown, an executor (a trainer forked
+    from it keeps its command line until it names itself), or its parent's kind (read between
+    fork and exec it shows the parent's command line: the edge role's SuperLink read then would
+    stay "edge role")."""
+    return known in ("", OTHER_KIND, "executor") or known == parent_known
+
+
 def process_kind(pid: int) -> str | None:
     """The kind (:data:`KINDS`) of process ``pid`` from its command line, None when it is gone.
     A child read between fork and exec shows its parent's command line, so a caller looks again
@@ -156,10 +164,11 @@ class CpuSampler:
         for pid, rest in process_tree(self.root).items():
             try:
                 seconds = (int(rest[11]) + int(rest[12])) / self._tick
+                parent = int(rest[1])
             except (IndexError, ValueError):
                 continue
             kind = self.cpu.get(pid, ("", 0.0))[0]
-            if kind in ("", OTHER_KIND, "executor"):
+            if kind_unsettled(kind, self.cpu.get(parent, (None, 0.0))[0]):
                 kind = process_kind(pid)
                 if kind is None:
                     continue

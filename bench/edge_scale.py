@@ -49,7 +49,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
 from deploy_round import (  # noqa: E402
-    OTHER_KIND, busy_process, collect, process_kind, process_tree, stop)
+    OTHER_KIND, busy_process, collect, kind_unsettled, process_kind, process_tree, stop)
 
 ROUND_LINE = re.compile(r"task (\S+) edge round (\d+)/(\d+): ([0-9.]+) s wall")
 #: the kinds that make up the edge machine (memory)
@@ -86,7 +86,7 @@ class Sampler:
         cpu: dict[int, float] = {}
         rss: dict[str, int] = {}
         for pid, rest in process_tree(self.root).items():
-            if self.kind.get(pid, OTHER_KIND) in (OTHER_KIND, "executor"):
+            if kind_unsettled(self.kind.get(pid, OTHER_KIND), self.kind.get(int(rest[1]))):
                 kind = process_kind(pid)  # between fork and exec: the parent's command line
                 if kind is None:
                     continue

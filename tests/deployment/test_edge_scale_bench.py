@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from bench.deploy_round import kind_of, process_kind, process_tree
+from bench.deploy_round import OTHER_KIND, kind_of, kind_unsettled, process_kind, process_tree
 from bench.edge_scale import EDGE_KINDS, Sampler, table
 
 
@@ -17,6 +17,28 @@ def test_the_held_superlink_and_a_forked_trainer_are_told_apart():
     assert kind_of("python3 -m client.supernode --argv-file f", "python3") == "SuperNode"
     assert kind_of("python3 -m client.executor --x", "fedcure-trainer") == "trainer"
     assert kind_of("python3 -m cloud_server.cli --listen x", "python3") == "cloud"
+
+
+def test_a_kind_read_between_fork_and_exec_is_read_again():
+    # the edge role's SuperLink read before its exec shows the edge role's command line
+    assert kind_unsettled("edge role", "edge role")
+    assert kind_unsettled(OTHER_KIND, "cloud") and kind_unsettled("executor", "client role")
+    assert not kind_unsettled("SuperLink", "edge role")
+    assert not kind_unsettled("trainer", "executor")
+
+
+def test_the_sampler_reads_a_childs_kind_again_once_it_has_exec_d(monkeypatch):
+    import bench.edge_scale as es
+
+    tree = {10: ["S", "1"] + ["0"] * 20, 11: ["S", "10"] + ["0"] * 20}
+    kinds = iter(["edge role", "edge role", "SuperLink"])
+    monkeypatch.setattr(es, "process_tree", lambda root: tree)
+    monkeypatch.setattr(es, "process_kind", lambda pid: next(kinds))
+    s = Sampler(root=10)
+    s.sample()  # the child still shows its parent's command line
+    assert s.kind == {10: "edge role", 11: "edge role"}
+    s.sample()
+    assert s.kind == {10: "edge role", 11: "SuperLink"}
 
 
 def test_the_process_tree_holds_a_child_and_its_grandchild_and_not_its_parent():
