@@ -162,7 +162,9 @@ class Pauser:
                                         float(m.group(4))))
 
     def _cloud(self) -> int | None:
-        pids = [p for p, k in self.sampler.kind.items() if k == "cloud"]
+        pids = [p for p, k in list(self.sampler.kind.items()) if k == "cloud"]
+        if not pids:  # not classified yet: read the tree's command lines now
+            pids = [p for p in process_tree(self.sampler.root) if process_kind(p) == "cloud"]
         return min(pids) if pids else None
 
     def _cont(self) -> None:
@@ -212,6 +214,9 @@ class Pauser:
         if len(self.rounds) != n_rounds:
             self.problem = "edge rounds ran while the cloud was stopped"
         self._cont()
+        # the rounds after the pause: when the bench saw each bounds the second training window
+        while not self._done.wait(0.2):
+            self._read_rounds()
 
 
 def launch(out: Path, clients: int, args: argparse.Namespace) -> dict[str, Any]:
