@@ -70,7 +70,8 @@ def main(argv: list[str] | None = None) -> None:
     from fedcure_app.flower.buffered_middleware import install as inline_middlewares
 
     # Flower's middlewares without a task and two streams per Fleet and Runtime request
-    if inline_middlewares():
+    # and their sync calls on the event loop, but for the held pulls, which wait in threads
+    if inline_middlewares(threaded=("/v1/fleet/pull-messages", "/v1/runtime/pull-messages")):
         log.info("Flower's middlewares run inline on the Fleet and Runtime APIs")
     from flwr.superlink.cli.flower_superlink import flower_superlink
 

@@ -18,12 +18,20 @@ Starlette's own code unchanged.
 A held pull (:mod:`fedcure_app.flower.held_pulls`) only waits longer inside the app, which
 inline is the same. A client that disconnects while its request is handled is noticed when
 the response is sent, as with any plain ASGI app.
+
+FastAPI and Flower also run every synchronous dependency and handler in a worker thread
+(``run_in_threadpool``): a thread hand-off and back per call, a third of a SuperNode's CPU in
+a 32-client round. Flower's Fleet and Runtime handlers work on in-memory state and return at
+once, so on the buffered paths they run on the event loop instead, except on the paths named
+``threaded`` (the SuperLink's held pulls, which wait up to seconds and keep their threads).
 """
 
 from __future__ import annotations
 
+import contextvars
 import logging
-from collections.abc import MutableMapping
+import sys
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -33,6 +41,18 @@ log = logging.getLogger(__name__)
 BUFFERED_PREFIXES: tuple[str, ...] = ("/v1/fleet/", "/v1/runtime/")
 
 _installed: dict[str, Any] = {}
+#: set while a request on a buffered path that may run its sync calls inline is handled
+_INLINE_SYNC: contextvars.ContextVar[bool] = contextvars.ContextVar("fedcure_inline_sync",
+                                                                    default=False)
+#: the paths whose sync calls keep their worker threads (set by :func:`install`)
+_threaded: set[str] = set()
+
+
+async def _run_in_threadpool(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Starlette's ``run_in_threadpool``, on the event loop while :data:`_INLINE_SYNC` is set."""
+    if _INLINE_SYNC.get():
+        return func(*args, **kwargs)
+    return await _installed["threadpool"](func, *args, **kwargs)
 
 
 async def _buffered_call(self: Any, scope: MutableMapping[str, Any], receive: Any,
@@ -63,17 +83,25 @@ async def _buffered_call(self: Any, scope: MutableMapping[str, Any], receive: An
         response.raw_headers = list(start.get("headers", []))
         return response
 
-    response = await self.dispatch_func(request, call_next)
-    await response(scope, wrapped_receive, send)
+    token = _INLINE_SYNC.set(scope.get("path") not in _threaded)
+    try:
+        response = await self.dispatch_func(request, call_next)
+        await response(scope, wrapped_receive, send)
+    finally:
+        _INLINE_SYNC.reset(token)
 
 
-def install(prefixes: tuple[str, ...] = BUFFERED_PREFIXES) -> bool:
+def install(prefixes: tuple[str, ...] = BUFFERED_PREFIXES, threaded: tuple[str, ...] = ()
+            ) -> bool:
     """Make every ``BaseHTTPMiddleware`` of this process run inline for HTTP requests whose
-    path starts with one of ``prefixes``; idempotent. False (and Starlette unchanged) when
-    Starlette's middleware lacks what this relies on."""
+    path starts with one of ``prefixes``, and their sync dependencies and handlers on the event
+    loop unless the path is one of ``threaded``; idempotent. False (and Starlette unchanged)
+    when Starlette's middleware lacks what this relies on."""
+    from starlette import concurrency
     from starlette.middleware import base
 
     if "call" in _installed:
+        _threaded.update(threaded)
         return True
     original = base.BaseHTTPMiddleware.__call__
     if not hasattr(base, "_CachedRequest") or not hasattr(base._CachedRequest,
@@ -91,7 +119,18 @@ def install(prefixes: tuple[str, ...] = BUFFERED_PREFIXES) -> bool:
 
     base.BaseHTTPMiddleware.__call__ = __call__  # type: ignore[method-assign]
     _installed["call"] = original
+    _threaded.update(threaded)
+    _installed["threadpool"] = concurrency.run_in_threadpool
+    _rebind(concurrency.run_in_threadpool, _run_in_threadpool)
     return True
+
+
+def _rebind(old: Callable[..., Any], new: Callable[..., Any]) -> None:
+    """Point every loaded module's ``run_in_threadpool`` that is ``old`` at ``new`` (FastAPI
+    and Flower import it by name); modules imported later take Starlette's, which is ``new``."""
+    for module in list(sys.modules.values()):
+        if getattr(module, "run_in_threadpool", None) is old:
+            module.run_in_threadpool = new  # type: ignore[attr-defined]
 
 
 def uninstall() -> None:
@@ -101,6 +140,10 @@ def uninstall() -> None:
     original = _installed.pop("call", None)
     if original is not None:
         base.BaseHTTPMiddleware.__call__ = original  # type: ignore[method-assign]
+    threadpool = _installed.pop("threadpool", None)
+    if threadpool is not None:
+        _rebind(_run_in_threadpool, threadpool)
+    _threaded.clear()
 
 
 def _version() -> str:

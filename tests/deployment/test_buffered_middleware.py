@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
 
 import pytest
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import Response, StreamingResponse
 from fastapi.testclient import TestClient
 from starlette.middleware.base import BaseHTTPMiddleware
@@ -19,6 +20,8 @@ from starlette.middleware.base import BaseHTTPMiddleware
 from fedcure_app.flower import buffered_middleware as bm
 
 PROTOBUF = {"content-type": "application/protobuf", "accept": "application/protobuf"}
+#: the event loop's thread in the app under test (set by its outermost middleware)
+LOOP_THREAD = [0]
 
 
 @contextlib.contextmanager
@@ -66,6 +69,23 @@ def _app() -> FastAPI:
     async def broken():
         raise RuntimeError("the handler broke")
 
+    def caller_thread() -> int:  # a sync dependency
+        return threading.get_ident()
+
+    def where(dep: int = Depends(caller_thread)) -> Response:  # a sync handler
+        def at(ident: int) -> str:
+            return "loop" if ident == LOOP_THREAD[0] else "worker"
+
+        return Response(f"{at(dep)}:{at(threading.get_ident())}")
+
+    for path in ("/v1/runtime/sync", "/v1/fleet/pull-messages", "/v1/control/sync"):
+        app.post(path)(where)
+
+    @app.middleware("http")
+    async def note_loop(request, call_next):
+        LOOP_THREAD[0] = threading.get_ident()
+        return await call_next(request)
+
     @app.get("/v1/control/stream")
     async def stream():
         async def chunks():
@@ -110,6 +130,25 @@ def test_inline_answers_equal_starlettes_for_state_headers_errors_and_streams():
     assert plain[5][2] == b"chunk0;chunk1;chunk2;"
 
 
+def _where(path: str, on: bool, threaded: tuple[str, ...] = ()) -> bytes:
+    if on:
+        assert bm.install(threaded=threaded)
+    try:
+        with TestClient(_app()) as http:
+            return http.post(path, content=b"", headers=PROTOBUF).content
+    finally:
+        bm.uninstall()
+
+
+def test_sync_dependencies_and_handlers_run_on_the_loop_unless_their_path_is_threaded():
+    assert _where("/v1/runtime/sync", False) == b"worker:worker"
+    assert _where("/v1/runtime/sync", True) == b"loop:loop"
+    held = "/v1/fleet/pull-messages"
+    assert _where(held, True, threaded=(held,)) == b"worker:worker"
+    assert _where(held, True) == b"loop:loop"
+    assert _where("/v1/control/sync", True) == b"worker:worker"
+
+
 def test_a_path_outside_the_prefixes_goes_through_starlettes_own_code(monkeypatch):
     from starlette.middleware import base
 
@@ -124,8 +163,8 @@ def test_a_path_outside_the_prefixes_goes_through_starlettes_own_code(monkeypatc
     monkeypatch.setattr(base.BaseHTTPMiddleware, "__call__", counting)
     with inline(True):
         _answers(_app(), REQUESTS)
-    # two middleware layers: only the control path reaches Starlette's code, once per layer
-    assert calls == ["/v1/control/stream"] * 2
+    # three middleware layers: only the control path reaches Starlette's code, once per layer
+    assert calls == ["/v1/control/stream"] * 3
 
 
 def test_flowers_supernode_app_answers_the_same_inline():
