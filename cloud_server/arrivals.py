@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from fedcure_app.protocol.codec import decode_arrays
 from fedcure_app.config import FedCureConfig
 from fedcure_app.protocol import cloud_pb2 as pb
+from fedcure_app.protocol.codec import decode_arrays
 from fedcure_app.strategy import EdgeUpdate
 from fedcure_app.tasks import ClientReport
 from cloud_server import validation as door

@@ -106,8 +106,10 @@ def install(prefixes: tuple[str, ...] = BUFFERED_PREFIXES, threaded: tuple[str, 
     original = base.BaseHTTPMiddleware.__call__
     if not hasattr(base, "_CachedRequest") or not hasattr(base._CachedRequest,
                                                           "wrapped_receive"):
+        import starlette
+
         log.warning("Starlette %s has no _CachedRequest.wrapped_receive: Flower's middlewares "
-                    "run as Starlette runs them", _version())
+                    "run as Starlette runs them", getattr(starlette, "__version__", "?"))
         return False
 
     async def __call__(self: Any, scope: MutableMapping[str, Any], receive: Any,
@@ -144,15 +146,6 @@ def uninstall() -> None:
     if threadpool is not None:
         _rebind(_run_in_threadpool, threadpool)
     _threaded.clear()
-
-
-def _version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("starlette")
-    except Exception:  # noqa: BLE001 - only for a log line
-        return "?"
 
 
 __all__ = ["BUFFERED_PREFIXES", "install", "uninstall"]
