@@ -22,10 +22,13 @@ served in the order the stream brings them; the seconds a training task waited b
 evaluation count as its start-up (left out of T̂).
 
 The stream ending with status OK means training is over: :func:`serve_edge` returns. A cloud
-that goes away (UNAVAILABLE: stopped, restarting, or behind a partition) is reconnected to for
-``reconnect_timeout_s``; the cloud resends an unanswered task. A finished task's Submit is asked
-again for as long (a late answer is still aggregated, within the late-answer bound). Any other
-refusal raises :class:`EdgeRoleError` with one line.
+that goes away (UNAVAILABLE: stopped, restarting, or behind a partition; CANCELLED: a call it
+cut while stopping) is reconnected to for ``reconnect_timeout_s``; the cloud resends an
+unanswered task. A finished task's Submit is asked again for as long (a late answer is still
+aggregated, within the late-answer bound). A cloud that finished ends the stream and then stops,
+and an edge may see a call fail before it sees the stream's end: a failure is taken for the
+end of training when the end follows within :data:`END_GRACE_S`. Any other refusal raises
+:class:`EdgeRoleError` with one line.
 """
 
 from __future__ import annotations
@@ -61,9 +64,17 @@ TASK_RETRY_S = 2.0
 #: seconds one Submit may take (the cloud decodes, checks, aggregates and checkpoints)
 SUBMIT_TIMEOUT_S = 300.0
 #: Submit failures that mean "not answered" (asked again), not "refused"; RESOURCE_EXHAUSTED
-#: is a cloud whose disk is full: it takes the update once it can write it durably
+#: is a cloud whose disk is full: it takes the update once it can write it durably; CANCELLED
+#: is a call the cloud cut while stopping (its refusals never use that code)
 RETRIED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
-           grpc.StatusCode.RESOURCE_EXHAUSTED)
+           grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.CANCELLED)
+#: task-stream failures after which the edge connects again: a cloud gone, restarting or
+#: stopping (a stopping server cancels the calls still open)
+RECONNECTED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+#: seconds an edge whose call failed waits for the task stream's normal end before it calls
+#: the failure a refusal: a cloud that finished ends the stream and then stops, and the two
+#: may reach the edge in either order
+END_GRACE_S = 2.0
 
 
 class EdgeRoleError(RuntimeError):
@@ -182,7 +193,7 @@ class EdgeServer:
                 detail = err.details() if hasattr(err, "details") else str(err)
                 if self._stop.is_set():
                     break
-                if code == grpc.StatusCode.UNAVAILABLE:
+                if code in RECONNECTED:
                     now = time.monotonic()
                     lost_since = lost_since or now
                     if now - lost_since > s.reconnect_timeout_s:
@@ -190,10 +201,13 @@ class EdgeServer:
                             f"edge {s.edge_id}: lost the cloud at {s.cloud} for "
                             f"{s.reconnect_timeout_s:.0f} s ({detail})") from None
                     self.stats.reconnects += 1
-                    log.warning("edge %d: cloud unavailable (%s); reconnecting", s.edge_id,
-                                printable(detail))
-                    time.sleep(1.0)
+                    if self._over.wait(1.0):  # the stream ended normally meanwhile
+                        return self.stats
+                    log.warning("edge %d: cloud unavailable (%s: %s); reconnecting",
+                                s.edge_id, code.name, printable(detail))
                     continue
+                if self._over.wait(END_GRACE_S):  # a failure that raced the end of training
+                    return self.stats
                 name = code.name if code is not None else "ERROR"
                 raise EdgeRoleError(f"edge {s.edge_id}: the cloud refused the link "
                                     f"({name}: {printable(detail)})") from None
@@ -301,7 +315,7 @@ class EdgeServer:
                     log.warning("edge %d: the cloud did not take task %s (%s: %s)", s.edge_id,
                                 printable(result.task_id), code.name, printable(err.details()))
                     return None
-                if self.over:
+                if self.over or (code not in RETRIED and self._over.wait(END_GRACE_S)):
                     log.info("edge %d: training ended before task %s was submitted", s.edge_id,
                              printable(result.task_id))
                     return None
@@ -318,7 +332,10 @@ class EdgeServer:
                         f"edge {s.edge_id}: the cloud at {s.cloud} did not take task "
                         f"{printable(result.task_id)} for {s.reconnect_timeout_s:.0f} s "
                         f"({code.name}: {printable(err.details())})") from None
-                time.sleep(SUBMIT_RETRY_S)
+                if self._over.wait(SUBMIT_RETRY_S):
+                    log.info("edge %d: training ended before task %s was submitted", s.edge_id,
+                             printable(result.task_id))
+                    return None
 
 
 def write_status(path: str | None, state: str, detail: str = "", **extra: Any) -> None:

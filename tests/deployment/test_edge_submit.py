@@ -85,6 +85,59 @@ def test_a_cloud_with_a_full_disk_is_asked_again_until_it_takes_the_update(edge)
     assert reply is not None and reply.accepted and edge.link.calls == 4
 
 
+def test_a_submit_the_cloud_cut_while_stopping_is_asked_again(edge):
+    edge.link = _Link([grpc.StatusCode.CANCELLED] * 2)  # a stopping server cancels open calls
+    reply = edge._submit(_result(), 1.0)
+    assert reply is not None and reply.accepted and edge.link.calls == 3
+
+
+def test_a_submit_that_fails_as_training_ends_is_let_go_without_an_error(monkeypatch, edge):
+    import threading
+
+    monkeypatch.setattr(serve, "SUBMIT_RETRY_S", 5.0)
+    edge.settings = EdgeSettings(cloud="127.0.0.1:9", edge_id=0, advertise="127.0.0.1:9",
+                                 insecure=True, reconnect_timeout_s=30.0)
+    for code in (grpc.StatusCode.CANCELLED, grpc.StatusCode.INTERNAL):
+        edge._over.clear()
+        edge.link = _Link([code] * 100)
+        threading.Timer(0.2, edge._over.set).start()  # the stream's end comes after the failure
+        t0 = time.monotonic()
+        assert edge._submit(_result(), 1.0) is None
+        assert time.monotonic() - t0 < 3.0 and edge.link.calls == 1
+
+
+class _Stream:
+    """A task stream that ends normally, or fails with ``code``."""
+
+    def __init__(self, code: grpc.StatusCode | None = None) -> None:
+        self.code = code
+
+    def __iter__(self):
+        if self.code is not None:
+            raise _Err(self.code)
+        return iter(())
+
+
+class _Streams:
+    def __init__(self, *streams: _Stream) -> None:
+        self.streams = list(streams)
+
+    def connect(self, request):
+        return self.streams.pop(0)
+
+
+def test_a_task_stream_the_cloud_cut_while_stopping_is_connected_again(edge):
+    edge.link = _Streams(_Stream(grpc.StatusCode.CANCELLED), _Stream())
+    stats = edge.run()
+    assert stats.reconnects == 1 and edge.over and not edge.link.streams
+
+
+def test_a_task_stream_refused_for_good_ends_the_edge_in_one_line(edge):
+    edge.link = _Streams(_Stream(grpc.StatusCode.PERMISSION_DENIED))
+    with pytest.raises(EdgeRoleError, match=r"refused the link \(PERMISSION_DENIED: fake"):
+        edge.run()
+
+
 def test_a_refusal_is_final_and_not_asked_again(edge):
     edge.link = _Link([grpc.StatusCode.FAILED_PRECONDITION])
     assert edge._submit(_result(), 1.0) is None
