@@ -177,6 +177,17 @@ def start_executor(work: Path, port: int | None, env: dict[str, str],
     return Child("client.executor", argv, log_path=work / "executor.log", env=env, cwd=work)
 
 
+#: what a SuperNode logs when its Runtime API port was taken between the client's pick and its
+#: bind (uvicorn's line; Flower then raises "SuperNode Runtime HTTP API failed to start")
+PORT_TAKEN_MARKS = ("address already in use", "Runtime HTTP API failed to start")
+
+
+def runtime_port_taken(log_tail: str) -> bool:
+    """Whether a SuperNode that exited did so because its Runtime API port was taken (another
+    process bound the port ``fedcure-client`` picked before the SuperNode could)."""
+    return any(mark in log_tail for mark in PORT_TAKEN_MARKS)
+
+
 def publish_runtime_port(work: Path, port: int) -> None:
     """Tell an executor started before the SuperNode where its Runtime API is (atomically)."""
     tmp = work / (RUNTIME_ADDRESS_FILE + ".tmp")

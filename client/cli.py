@@ -74,6 +74,7 @@ from client.children import (
     SUPERNODE_ARGV_FILE,
     prestart_supernode,
     publish_runtime_port,
+    runtime_port_taken,
     release_supernode,
     start_executor,
     start_supernode,
@@ -339,11 +340,24 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
                     raise ClientError(f"flower-supernode exited with code "
                                       f"{supernode.proc.returncode} {quick_exits} times in a row;"
                                       f" its log ends with:\n{supernode.tail()}")
-                log.warning("client %d: flower-supernode exited with code %d (its edge server "
-                            "restarted?); starting it again", reg.client_id,
-                            supernode.proc.returncode)
+                taken = runtime_port_taken(supernode.tail(40) or "")
                 supernode.stop(grace_s=1.0)
-                stop.wait(1.0)
+                if taken:  # another process bound the picked port first: pick another
+                    port = free_port()
+                    argv = supernode_argv(reg.edge_address, port, reg.client_id, args.cpufreq,
+                                          data_file, args)
+                    log.warning("client %d: the SuperNode's Runtime API port was taken by "
+                                "another process; starting it again on port %d",
+                                reg.client_id, port)
+                    if executor is not None:
+                        publish_runtime_port(work, port)
+                        executor.stop(grace_s=1.0)
+                        executor = start_executor(work, port, env, data_file)
+                else:
+                    log.warning("client %d: flower-supernode exited with code %d (its edge "
+                                "server restarted?); starting it again", reg.client_id,
+                                supernode.proc.returncode)
+                    stop.wait(1.0)
                 supernode = start_supernode(argv, work, env, stop, args.supernode_auth)
                 started_at = time.monotonic()
                 continue

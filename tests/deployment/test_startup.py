@@ -202,3 +202,34 @@ def test_a_stop_ends_the_executors_wait_for_a_wake_up_at_once(tmp_path: Path):
         signal.signal(signal.SIGALRM, old)
         reader.close()
     reader.interrupt()  # closed: harmless
+
+
+def test_a_supernode_whose_runtime_port_was_taken_says_so_and_the_client_can_tell(
+        tmp_path: Path):
+    """``fedcure-client`` picks the Runtime API port before its SuperNode binds it; another
+    process may bind it first. The SuperNode then exits with uvicorn's and Flower's lines, which
+    :func:`client.children.runtime_port_taken` recognises (the client picks another port);
+    an exit for another reason is not taken for it."""
+    import socket
+    import subprocess
+    import sys
+
+    from client.children import runtime_port_taken
+    from fedcure_app.runtime.processes import flower_env
+
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    try:
+        port = holder.getsockname()[1]
+        out = subprocess.run(
+            [sys.executable, "-m", "client.supernode", "--superlink", "127.0.0.1:9", "--port",
+             str(port), "--insecure", "--isolation", "process"],
+            capture_output=True, text=True, timeout=120, cwd=tmp_path,
+            env=flower_env(tmp_path / "flwr-home",
+                           {"PYTHONPATH": str(Path(__file__).resolve().parents[2])}))
+    finally:
+        holder.close()
+    tail = (out.stdout + out.stderr)[-4000:]
+    assert out.returncode != 0 and runtime_port_taken(tail), tail
+    assert not runtime_port_taken("ERROR: Connection refused; SuperNode ID 7 deleted\n")
