@@ -50,7 +50,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from client.runtime_client import batch_objects, runtime_client
+from client.runtime_client import TaskToken, batch_objects, runtime_client, task_client
 from fedcure_app.flower.object_pulls import quick_pulls
 from fedcure_app.protocol.text import printable
 from fedcure_app.runtime.tracing import set_role, trace
@@ -232,25 +232,20 @@ class Trainer:
                     self.proc.wait(5)
 
 
-def run_task(address: str, token: str, task_id: int, trainer: Trainer,
+def run_task(client: Any, slot: TaskToken, token: str, task_id: int, trainer: Trainer,
              acquired_at: float | None = None) -> str:
-    """One ClientApp task, as ``flwr-clientapp`` runs it; return its final sub-status.
+    """One ClientApp task, as ``flwr-clientapp`` runs it, over ``client`` with ``token`` in
+    ``slot`` (:func:`task_client`); return its final sub-status.
 
     When ``trainer.stop`` is set (SIGTERM) the task ends at once: the message gets an error
     reply if the SuperNode still answers, else nothing (Flower's task-token expiry answers it)."""
     from flwr.app import Error, Message
     from flwr.common.constant import ErrorCode, SubStatus
     from flwr.supercore.heartbeat import HeartbeatSender, make_task_heartbeat_fn_http
-    from flwr.supercore.interceptors import (
-        RuntimeTokenHttpInterceptor,
-        RuntimeVersionHttpInterceptor,
-    )
     from flwr.supernode.runtime.run_clientapp import pull_task_input, push_message, push_task_output
 
     started = time.time()
-    client = runtime_client(address, [
-        RuntimeVersionHttpInterceptor(component_name="flwr-clientapp"),
-        RuntimeTokenHttpInterceptor(token)], trainer.stop)
+    slot.token = token
     heartbeat = HeartbeatSender(make_task_heartbeat_fn_http(client))
     # the first heartbeat only for a task that runs long: taking the task counts as one, and the
     # SuperNode waits 2 x 30 s for the next; a short task saves a request and a thread
@@ -308,7 +303,7 @@ def run_task(address: str, token: str, task_id: int, trainer: Trainer,
             beat.join()
         if heartbeat.is_running:
             heartbeat.stop()
-        client.close()
+        slot.token = ""
     log.info("task %d: %s in %.3f s (message %s)", task_id, sub_status, time.time() - started,
              printable(getattr(getattr(message, "metadata", None), "group_id", "?")))
     return sub_status
@@ -334,6 +329,7 @@ def serve(address: str, secret: bytes, stop: threading.Event, cfg: Any,
     from client.wake import AskPacer
 
     pacer = AskPacer(cfg.executor_poll_min_s, cfg.executor_poll_max_s, woken=waker is not None)
+    tasks, slot = task_client(address, stop)
     try:
         while not stop.is_set():
             try:
@@ -344,7 +340,7 @@ def serve(address: str, secret: bytes, stop: threading.Event, cfg: Any,
                 stop.wait(0.5)
                 continue
             if res.HasField("task") and res.token:
-                run_task(address, res.token, int(res.task.task_id), trainer, time.time())
+                run_task(tasks, slot, res.token, int(res.task.task_id), trainer, time.time())
                 pacer.task_done()
                 if not trainer.alive():  # it died: have a new one loaded for the next message
                     try:
@@ -359,6 +355,7 @@ def serve(address: str, secret: bytes, stop: threading.Event, cfg: Any,
                 pacer.woke()  # a message arrived: ask now
     finally:
         client.close()
+        tasks.close()
 
 
 def wait_for_address(path: Path, stop: threading.Event, poll_s: float = 0.05) -> str | None:

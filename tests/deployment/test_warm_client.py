@@ -319,3 +319,37 @@ def test_idle_waits_stay_short_for_a_while_after_a_message_then_back_off():
     assert clock.next_idle_s() == 0.2
     clock.pulled()
     assert clock.next_idle_s() == 0.01
+
+
+def test_one_runtime_client_serves_every_task_with_that_tasks_token():
+    """The executor keeps one Runtime API client (one kept-alive connection) for all its tasks:
+    each request carries the token of the task being run, and none goes out between tasks."""
+    import threading
+
+    import httpx
+    from flwr.proto.runtime_pb2 import (  # pylint: disable=E0611
+        SendTaskHeartbeatRequest,
+        SendTaskHeartbeatResponse,
+    )
+    from flwr.supercore.constant import TASK_TOKEN_HEADER
+
+    from client.runtime_client import task_client
+
+    seen: list[str | None] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers.get(TASK_TOKEN_HEADER))
+        body = SendTaskHeartbeatResponse(success=True).SerializeToString()
+        return httpx.Response(200, content=body,
+                              headers={"content-type": "application/protobuf"})
+
+    client, slot = task_client("127.0.0.1:9", threading.Event())
+    client._client = httpx.Client(transport=httpx.MockTransport(answer))  # no network
+    for token in ("tok-a", "tok-b"):
+        slot.token = token
+        client.SendTaskHeartbeat(SendTaskHeartbeatRequest())
+    slot.token = ""
+    with pytest.raises(RuntimeError, match="outside a task"):
+        client.SendTaskHeartbeat(SendTaskHeartbeatRequest())
+    assert seen == ["tok-a", "tok-b"]
+    client.close()
