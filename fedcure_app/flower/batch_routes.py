@@ -181,6 +181,17 @@ def runtime_batch_router() -> Any:
     return router
 
 
+def _routine(paths: list[str]) -> None:
+    """Have Flower's access-log filter take the batch routes for routine requests, as it takes
+    its own pulls and pushes: a successful one is logged at DEBUG only (else the edge's
+    SuperLink logs three lines per client per edge round)."""
+    from flwr.supercore import http_logging
+
+    known = getattr(http_logging, "ROUTINE_ACCESS_PATHS", None)
+    if isinstance(known, (set, frozenset)):
+        http_logging.ROUTINE_ACCESS_PATHS = frozenset(known) | frozenset(paths)
+
+
 def install_server(on: str = "superlink") -> bool:
     """Make every app built in this process serve the batch routes: ``on`` = "superlink" (the
     edge's: a SuperNode's Fleet routes and the edge ServerApp's Runtime API routes,
@@ -211,6 +222,7 @@ def install_server(on: str = "superlink") -> bool:
         paths += [PULL_PATH, PUSH_PATH]
     for path in paths:
         types[("POST", path)] = ObjectBatch
+    _routine(paths)
 
     @functools.wraps(create)
     def create_app(*args: Any, **kwargs: Any) -> Any:

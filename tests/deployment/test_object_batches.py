@@ -451,8 +451,42 @@ def test_the_servers_patch_fits_the_installed_flower(monkeypatch, on):
     monkeypatch.setattr(main, "create_app", main.create_app)
     monkeypatch.setattr(translation, "PROTOBUF_REQUEST_TYPES",
                         dict(translation.PROTOBUF_REQUEST_TYPES))
+    from flwr.supercore import http_logging
+
+    monkeypatch.setattr(http_logging, "ROUTINE_ACCESS_PATHS", http_logging.ROUTINE_ACCESS_PATHS)
     assert routes.install_server(on=on)
     assert ("POST", ob.RUNTIME_PULL_PATH) in translation.PROTOBUF_REQUEST_TYPES
     assert (("POST", ob.PULL_PATH) in translation.PROTOBUF_REQUEST_TYPES) == (on == "superlink")
     with pytest.raises(ValueError):
         routes.install_server(on="cloud")
+
+
+def test_a_successful_batch_request_is_a_routine_access_not_logged_at_info(monkeypatch):
+    """Flower's access-log filter hides its own successful pulls and pushes unless debugging;
+    the batch routes join them (else the edge's SuperLink logs three lines per client per
+    edge round), and a failed batch request is still logged."""
+    import importlib
+    import logging
+
+    from flwr.supercore import http_logging
+    from flwr.supercore.protobuf import translation
+
+    main = importlib.import_module("flwr.superlink.main")
+    monkeypatch.setattr(main, "create_app", main.create_app)
+    monkeypatch.setattr(translation, "PROTOBUF_REQUEST_TYPES",
+                        dict(translation.PROTOBUF_REQUEST_TYPES))
+    ours = {ob.PULL_PATH, ob.PUSH_PATH, ob.RUNTIME_PULL_PATH, ob.RUNTIME_PUSH_PATH}
+    monkeypatch.setattr(http_logging, "ROUTINE_ACCESS_PATHS",
+                        http_logging.ROUTINE_ACCESS_PATHS - ours)  # as Flower ships it
+    access = http_logging.RoutineAccessFilter(debug_enabled=False)
+
+    def record(path: str, status: int) -> logging.LogRecord:
+        return logging.LogRecord("uvicorn.access", logging.INFO, __file__, 1,
+                                 '%s - "%s %s HTTP/%s" %d',
+                                 ("127.0.0.1:5", "POST", path, "1.1", status), None)
+
+    assert access.filter(record(ob.PULL_PATH, 200))  # before: logged
+    assert routes.install_server(on="superlink")
+    for path in sorted(ours):
+        assert not access.filter(record(path, 200)), path
+        assert access.filter(record(path, 500)), path
