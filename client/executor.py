@@ -436,11 +436,10 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     if args.parent_pid:
-        from fedcure_app.runtime.processes import alive
+        from fedcure_app.runtime.processes import wait_gone
 
         def watch() -> None:
-            while alive(args.parent_pid) and not stop.is_set():
-                time.sleep(0.5)
+            wait_gone(args.parent_pid)  # sleeps until the role exits (no wake-ups meanwhile)
             on_signal()
 
         threading.Thread(target=watch, name="watch-parent", daemon=True).start()

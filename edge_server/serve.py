@@ -102,14 +102,14 @@ def open_cloud_channel(settings: EdgeSettings) -> grpc.Channel:
 
 def watch_parent(pid: int | None, on_gone: Any = None, interval_s: float = 0.5) -> None:
     """Exit this process (code 3) when process ``pid`` is gone: the ServerApp must not outlive
-    the ``fedcure-edge`` that started it."""
+    the ``fedcure-edge`` that started it (``interval_s``: how often to look where the process
+    cannot be waited on, :func:`fedcure_app.runtime.processes.wait_gone`)."""
     if not pid:
         return
-    from fedcure_app.runtime.processes import alive
+    from fedcure_app.runtime.processes import wait_gone
 
     def run() -> None:
-        while alive(pid):
-            time.sleep(interval_s)
+        wait_gone(pid, interval_s)
         log.error("fedcure-edge (pid %d) is gone: the edge ServerApp stops", pid)
         if on_gone is not None:
             on_gone()

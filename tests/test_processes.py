@@ -70,3 +70,31 @@ def test_descendants_from_the_threads_children_lists_match_a_full_scan():
     finally:
         child.stop(grace_s=1.0)
     assert descendants(child.pid) == []
+
+
+@pytest.mark.parametrize("pidfd", [True, False])
+def test_wait_gone_returns_once_the_process_exits_and_not_before(monkeypatch, pidfd):
+    """A parent watcher (the executor's, the edge ServerApp's) sleeps until the process exits:
+    on a pidfd where Linux has one (no wake-ups while it waits), else by looking."""
+    import os
+    import subprocess
+    import threading
+    import time
+
+    from fedcure_app.runtime.processes import wait_gone
+
+    if not pidfd:
+        monkeypatch.delattr(os, "pidfd_open", raising=False)
+    elif not hasattr(os, "pidfd_open"):
+        pytest.skip("no pidfd_open on this platform")
+    child = subprocess.Popen(["sleep", "30"])
+    done = threading.Event()
+    t = threading.Thread(target=lambda: (wait_gone(child.pid, poll_s=0.05), done.set()),
+                         daemon=True)
+    t.start()
+    assert not done.wait(0.3)  # alive: still waiting
+    t0 = time.monotonic()
+    child.kill()  # a zombie until reaped: gone for the watcher
+    assert done.wait(5.0) and time.monotonic() - t0 < 2.0
+    child.wait()
+    wait_gone(child.pid)  # reaped: returns at once

@@ -205,6 +205,27 @@ def alive(pid: int) -> bool:
     return st[1] not in ("Z", "X")
 
 
+def wait_gone(pid: int, poll_s: float = 0.5) -> None:
+    """Block until process ``pid`` has exited (or is a zombie). On Linux it sleeps on a pidfd,
+    which wakes only when the process exits; elsewhere (or without the right to open one) it
+    looks every ``poll_s`` seconds. A watcher of its parent thus costs nothing while it waits."""
+    import select
+
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):  # no pidfd here, or the process is gone already
+        while alive(pid):
+            time.sleep(poll_s)
+        return
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        while not poller.poll(None):
+            pass
+    finally:
+        os.close(fd)
+
+
 def _children(pid: int) -> list[int] | None:
     """The live children of ``pid`` from its threads' ``/proc/PID/task/TID/children`` files
     (a child is listed under the thread that forked it); None where the kernel has no such
@@ -424,4 +445,4 @@ class Child:
 
 __all__ = ["Child", "FLOWER_OFFLINE_ENV", "alive", "check_bindable", "descendants",
            "flower_env", "free_port", "free_ports", "path_with_scripts", "port_open",
-           "script_path", "scripts_dirs", "split_address", "stop_pids"]
+           "script_path", "scripts_dirs", "split_address", "stop_pids", "wait_gone"]

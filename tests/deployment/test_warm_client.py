@@ -353,3 +353,31 @@ def test_one_runtime_client_serves_every_task_with_that_tasks_token():
         client.SendTaskHeartbeat(SendTaskHeartbeatRequest())
     assert seen == ["tok-a", "tok-b"]
     client.close()
+
+
+def test_an_executor_whose_client_role_is_gone_exits(tmp_path: Path):
+    """The executor watches the role that started it (``--parent-pid``, on a pidfd: no
+    wake-ups while it lives) and stops once that process exits, even before its SuperNode
+    exists."""
+    import subprocess
+
+    work = tmp_path / "client"
+    secret = write_secret(work / "superexec.secret")
+    role = subprocess.Popen(["sleep", "60"])  # stands in for fedcure-client
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    exe = subprocess.Popen(
+        [sys.executable, "-m", "client.executor", "--runtime-api-address-file",
+         str(work / "runtime-api-address"), "--secret-file", str(secret),
+         "--parent-pid", str(role.pid)],
+        cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            exe.wait(3.0)  # its role lives: it waits for the SuperNode's address
+        role.kill()
+        role.wait()
+        assert exe.wait(60) == 0, exe.stderr.read()[-2000:] if exe.stderr else ""
+    finally:
+        for p in (exe, role):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
