@@ -316,9 +316,7 @@ class EdgeServer:
                                 printable(result.task_id), code.name, printable(err.details()))
                     return None
                 if self.over or (code not in RETRIED and self._over.wait(END_GRACE_S)):
-                    log.info("edge %d: training ended before task %s was submitted", s.edge_id,
-                             printable(result.task_id))
-                    return None
+                    return self._ended_before(result.task_id)
                 if code not in RETRIED or self._stop.is_set():
                     raise
                 now = time.monotonic()
@@ -333,9 +331,12 @@ class EdgeServer:
                         f"{printable(result.task_id)} for {s.reconnect_timeout_s:.0f} s "
                         f"({code.name}: {printable(err.details())})") from None
                 if self._over.wait(SUBMIT_RETRY_S):
-                    log.info("edge %d: training ended before task %s was submitted", s.edge_id,
-                             printable(result.task_id))
-                    return None
+                    return self._ended_before(result.task_id)
+
+    def _ended_before(self, task_id: str) -> None:
+        """Training ended before the cloud took ``task_id``: say so; nothing to submit."""
+        log.info("edge %d: training ended before task %s was submitted", self.settings.edge_id,
+                 printable(task_id))
 
 
 def write_status(path: str | None, state: str, detail: str = "", **extra: Any) -> None:

@@ -26,13 +26,13 @@ adds to :attr:`EdgeResult.startup_s`.
 Failures
 --------
 A client whose reply is an error, is malformed, could not be pushed, or has not arrived within
-``timeout_s`` seconds of the round's push is *dropped* (the edge sees a reply when its pull
-returns: a pull that a held SuperLink keeps waiting for replies, ``FEDCURE_SUPERLINK_REPLY_HOLD_S``,
-and the last pull after the deadline may each carry a reply landing up to one hold later, so a
-reply is taken up to ``timeout_s`` + twice the hold after the push): the round finishes with the clients that
+``timeout_s`` seconds of the round's push is *dropped*: the round finishes with the clients that
 answered (FedAvg weights renormalised over them), the client is listed once in
 :attr:`EdgeResult.dropped` and gets no further rounds of this task. A round in which nobody
-answers raises :class:`EdgeTaskError`.
+answers raises :class:`EdgeTaskError`. The edge sees a reply when its pull returns, and a held
+SuperLink keeps a pull waiting up to ``FEDCURE_SUPERLINK_REPLY_HOLD_S`` for one: the pull
+running at the deadline and the last pull after it may each bring a reply that landed up to one
+hold later, so a reply counts up to ``timeout_s`` plus twice the hold after the push.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -209,8 +210,6 @@ def wait_gone(pid: int, poll_s: float = 0.5) -> None:
     """Block until process ``pid`` has exited (or is a zombie). On Linux it sleeps on a pidfd,
     which wakes only when the process exits; elsewhere (or without the right to open one) it
     looks every ``poll_s`` seconds. A watcher of its parent thus costs nothing while it waits."""
-    import select
-
     try:
         fd = os.pidfd_open(pid)
     except (AttributeError, OSError):  # no pidfd here, or the process is gone already
