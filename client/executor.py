@@ -8,9 +8,11 @@
         --secret-file FILE [--parent-pid PID] [--data-file PATH]
 
 It does, in one long-lived process, what Flower's SuperExec + ``flwr-clientapp`` do per message:
-ask the SuperNode's Runtime API for a task (``AcquireTask``, signed with the shared secret),
-pull the message and context with the task's token, have the ClientApp run, push the reply and
-the task's status, and send task heartbeats meanwhile. The ClientApp itself runs in a
+ask the SuperNode's Runtime API for a task (signed with the shared secret, as ``AcquireTask``)
+and its message and context, have the ClientApp run, push the reply and the task's status (with
+the task's token), and send task heartbeats meanwhile. Where the SuperNode serves them (FedCure's
+does) a task takes two requests, one each way (:mod:`fedcure_app.flower.task_batches`), instead
+of Flower's eight. The ClientApp itself runs in a
 :class:`Trainer` child (:mod:`client.trainer`) that keeps torch, the model and the data loaded;
 this process never imports torch. Only FedCure's own ClientApp is run: a run whose app names
 another ``clientapp`` component gets an error reply. ``fedcure-client`` starts it before its
@@ -51,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from client.runtime_client import TaskToken, batch_objects, runtime_client, task_client
+from fedcure_app.flower import task_batches
 from fedcure_app.flower.object_pulls import quick_pulls
 from fedcure_app.protocol.text import printable
 from fedcure_app.runtime.tracing import set_role, trace
@@ -60,7 +63,7 @@ log = logging.getLogger("fedcure.client.executor")
 #: the ClientApp this executor runs (the component ``fedcure-edge`` submits)
 CLIENTAPP = "fedcure_app.flower.client_app:app"
 #: Runtime API methods signed with the shared secret (as Flower's SuperExec signs them)
-SIGNED_METHODS = frozenset({"/flwr.proto.Runtime/AcquireTask"})
+SIGNED_METHODS = frozenset({"/flwr.proto.Runtime/AcquireTask", task_batches.INPUT_METHOD})
 #: seconds into a task before its first heartbeat (Flower's SuperNode expires a task after
 #: 2 missed 30 s heartbeats; acquiring it counts as the first)
 HEARTBEAT_DELAY_S = 10.0
@@ -110,8 +113,15 @@ def read_secret(path: Path) -> bytes:
     return secret
 
 
-def check_app(fab_content: bytes) -> None:
-    """Refuse a run whose app is not FedCure's ClientApp (this executor runs only that)."""
+_CHECKED_FABS: set[str] = set()
+
+
+def check_app(fab_content: bytes, fab_hash: str = "") -> None:
+    """Refuse a run whose app is not FedCure's ClientApp (this executor runs only that). A FAB
+    whose ``fab_hash`` (its content's hash, checked by the SuperNode) passed is not read again:
+    every message of a run carries the same FAB."""
+    if fab_hash and fab_hash in _CHECKED_FABS:
+        return
     from flwr.common.config import get_fab_config
 
     conf = get_fab_config(fab_content)
@@ -119,6 +129,8 @@ def check_app(fab_content: bytes) -> None:
     if comp.get("clientapp") != CLIENTAPP:
         raise ExecutorError(f"the run's ClientApp is {comp.get('clientapp')!r}; this client "
                             f"runs only {CLIENTAPP}")
+    if fab_hash:
+        _CHECKED_FABS.add(fab_hash)
 
 
 class Trainer:
@@ -233,16 +245,18 @@ class Trainer:
 
 
 def run_task(client: Any, slot: TaskToken, token: str, task_id: int, trainer: Trainer,
-             acquired_at: float | None = None) -> str:
+             acquired_at: float | None = None, bundle: Any = None) -> str:
     """One ClientApp task, as ``flwr-clientapp`` runs it, over ``client`` with ``token`` in
-    ``slot`` (:func:`task_client`); return its final sub-status.
+    ``slot`` (:func:`task_client`); return its final sub-status. With ``bundle`` (the task's
+    input as the SuperNode's bundle route answered it, :mod:`fedcure_app.flower.task_batches`)
+    the input is read from it and the reply and status go back in one request.
 
     When ``trainer.stop`` is set (SIGTERM) the task ends at once: the message gets an error
     reply if the SuperNode still answers, else nothing (Flower's task-token expiry answers it)."""
     from flwr.app import Error, Message
     from flwr.common.constant import ErrorCode, SubStatus
     from flwr.supercore.heartbeat import HeartbeatSender, make_task_heartbeat_fn_http
-    from flwr.supernode.runtime.run_clientapp import pull_task_input, push_message, push_task_output
+    from flwr.supernode.runtime.run_clientapp import pull_task_input
 
     started = time.time()
     slot.token = token
@@ -255,11 +269,12 @@ def run_task(client: Any, slot: TaskToken, token: str, task_id: int, trainer: Tr
     sub_status, details = SubStatus.FAILED, "ClientApp task failed due to unknown reason"
     try:
         beat.start()
-        message, context, _run, fab = pull_task_input(client)
+        message, context, _run, fab = (pull_task_input(client) if bundle is None
+                                       else task_batches.inputs(client, bundle))
         mid = message.metadata.message_id
         trace("exe.acquired", mid, t=acquired_at or started)
         trace("exe.input", mid)
-        check_app(fab.content)
+        check_app(fab.content, fab.hash_str)
         log.info("task %d: %s message %s to the trainer", task_id,
                  printable(message.metadata.message_type), printable(message.metadata.group_id))
         reply, context = trainer.train(message, context, task_id, started)
@@ -282,17 +297,11 @@ def run_task(client: Any, slot: TaskToken, token: str, task_id: int, trainer: Tr
             reply = Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=details),
                             reply_to=message)
     finally:
-        try:
-            if reply is not None and context is not None:
-                if message is not None:  # the SuperNode sees the reply before its objects
-                    trace("exe.push", message.metadata.message_id)
-                push_message(client, reply, context)
-        except Exception as err:  # noqa: BLE001
-            log.error("task %d: could not push the reply: %s", task_id, err)
-            sub_status = SubStatus.FAILED
-        try:
-            push_task_output(client=client, context=context, sub_status=sub_status,
-                             details=details)
+        if reply is not None and context is not None and message is not None:
+            trace("exe.push", message.metadata.message_id)
+        try:  # with a bundle: the reply, its objects and the status in one request
+            sub_status = task_batches.finish(client, bundle is not None, task_id, reply,
+                                             context, sub_status, details)
         except Exception as err:  # noqa: BLE001
             if not trainer.stop.is_set():
                 raise
@@ -330,17 +339,19 @@ def serve(address: str, secret: bytes, stop: threading.Event, cfg: Any,
 
     pacer = AskPacer(cfg.executor_poll_min_s, cfg.executor_poll_max_s, woken=waker is not None)
     tasks, slot = task_client(address, stop)
+    requests = task_batches.TaskRequests()
     try:
         while not stop.is_set():
-            try:
-                res = client.AcquireTask(AcquireTaskRequest(
+            try:  # the task's input comes with it where the SuperNode serves the bundle
+                res, bundle = requests.acquire(client, AcquireTaskRequest(
                     supported_task_types=[TaskType.CLIENT_APP.value]))
             except httpx.HTTPError as err:
                 log.debug("Runtime API not answering: %s", err)
                 stop.wait(0.5)
                 continue
             if res.HasField("task") and res.token:
-                run_task(tasks, slot, res.token, int(res.task.task_id), trainer, time.time())
+                run_task(tasks, slot, res.token, int(res.task.task_id), trainer, time.time(),
+                         bundle)
                 pacer.task_done()
                 if not trainer.alive():  # it died: have a new one loaded for the next message
                     try:

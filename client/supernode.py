@@ -251,7 +251,8 @@ def main(argv: list[str] | None = None) -> None:
     JSON file once it exists, Flower imported meanwhile) with :class:`IdleClock` installed."""
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-    for logger in (log, logging.getLogger("fedcure.flower.object_batches")):
+    for logger in (log, logging.getLogger("fedcure.flower.object_batches"),
+                   logging.getLogger("fedcure.flower.task_batches")):
         logger.addHandler(handler)  # Flower configures its own logger; the root stays untouched
         logger.setLevel(logging.INFO)
         logger.propagate = False
@@ -277,7 +278,13 @@ def main(argv: list[str] | None = None) -> None:
     from fedcure_app.flower.object_batches import install_client
 
     install_client()  # a message's objects in one request each way (where the SuperLink can)
+    from fedcure_app.flower.message_batches import install_client as install_message_batches
+
+    install_message_batches()  # and a message with its objects in one request each way
     install_server(on="supernode")  # and the executor's, on this SuperNode's Runtime API
+    from fedcure_app.flower.task_batches import install_server as serve_task_bundles
+
+    serve_task_bundles()  # a task's input in one request, its reply and status in another
     from fedcure_app.flower.buffered_middleware import install as inline_middlewares
 
     if inline_middlewares():  # its Runtime API's middlewares without a task per request

@@ -24,6 +24,7 @@ from flwr.superlink.grid import http_grid
 from edge_server.serve import serve_edge
 from edge_server.settings import EdgeSettings
 from fedcure_app.flower.app_config import AppOptions, app_options
+from fedcure_app.flower.message_batches import install_grid as install_reply_pulls
 from fedcure_app.flower.object_batches import install_grid
 from fedcure_app.flower.object_pulls import quick_pulls
 from fedcure_app.runtime.tracing import set_role
@@ -48,6 +49,7 @@ def run_edge_role(grid: Grid, run_config: dict[str, Any], opts: AppOptions) -> N
     timeout = settings.edge_timeout_s
     quick_pulls(http_grid, "pull_objects", max_time_s=timeout / 2 if timeout else None)
     install_grid(grid, http_grid)  # a message's objects in one request each way
+    install_reply_pulls(grid, http_grid)  # and the replies with theirs in one pull
     log(INFO, "[fedcure] edge %d: serving the cloud at %s; clients reach this SuperLink at %s",
         settings.edge_id, settings.cloud, settings.advertise)
     stats = serve_edge(grid, settings)

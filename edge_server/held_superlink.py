@@ -57,7 +57,6 @@ def main(argv: list[str] | None = None) -> None:
     bell = install(hold_s, reply_hold_s) if hold_s > 0 or reply_hold_s > 0 else None
     if bell is not None:
         on_exit(bell.close)  # on SIGTERM the held pulls end at once: the server stops at once
-        widen_thread_pool(cfg.superlink_threads)
         log.info("held pulls: a SuperNode's up to %.3g s, the ServerApp's up to %.3g s "
                  "(%d worker threads)", cfg.superlink_hold_s, cfg.superlink_reply_hold_s,
                  cfg.superlink_threads)
@@ -67,11 +66,26 @@ def main(argv: list[str] | None = None) -> None:
     # a message's objects in one request each way: a SuperNode's and the edge ServerApp's
     if install_server(on="superlink"):
         log.info("object batches: %s, %s and the Runtime API's", PULL_PATH, PUSH_PATH)
+    from fedcure_app.flower.message_batches import (
+        PULL_MESSAGE_PATH,
+        PUSH_MESSAGE_PATH,
+        REPLIES_PATH,
+    )
+    from fedcure_app.flower.message_routes import install_server as install_message_routes
+
+    # a SuperNode's message in two requests (pull with objects and confirmation; push with
+    # objects) instead of five; the ServerApp's replies with theirs in one pull
+    if install_message_routes():
+        log.info("message batches: %s, %s, %s", PULL_MESSAGE_PATH, PUSH_MESSAGE_PATH,
+                 REPLIES_PATH)
+    if bell is not None:  # installed last, so it runs first: before the routes served in
+        widen_thread_pool(cfg.superlink_threads)  # front of Flower's stack, held ones included
     from fedcure_app.flower.buffered_middleware import install as inline_middlewares
 
     # Flower's middlewares without a task and two streams per Fleet and Runtime request
     # and their sync calls on the event loop, but for the held pulls, which wait in threads
-    if inline_middlewares(threaded=("/v1/fleet/pull-messages", "/v1/runtime/pull-messages")):
+    if inline_middlewares(threaded=("/v1/fleet/pull-messages", "/v1/runtime/pull-messages",
+                                    PULL_MESSAGE_PATH, REPLIES_PATH)):
         log.info("Flower's middlewares run inline on the Fleet and Runtime APIs")
     from flwr.superlink.cli.flower_superlink import flower_superlink
 

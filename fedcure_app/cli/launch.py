@@ -47,14 +47,8 @@ from fedcure_app.cli.launch_report import (
     report_failure,
     summary_table,
 )
-from fedcure_app.cli.launch_wait import (
-    StatusPoller,
-    phase_label,
-    progress_line,
-    progress_text,
-    status_text,
-    supervise,
-)
+from fedcure_app.cli.launch_wait import StatusPoller, phase_label, progress_line, progress_text
+from fedcure_app.cli.launch_wait import status_text, supervise
 from fedcure_app.cli.launch_wait import wait_listening as _wait_listening
 from fedcure_app.cli.own_data import add_task_options, apply_task
 from fedcure_app.config import METHOD_PRESETS, FedCureConfig, apply_flat
@@ -327,8 +321,8 @@ def _security_flags(tls_dir: str | None, role: str) -> list[str]:
 
 def start_roles(cfg: FedCureConfig, args: argparse.Namespace, out: Path, roles: Roles,
                 site: Site | None = None) -> dict[str, Any]:
-    """Start cloud, edges and clients (in that order) where ``site`` says (default: all on
-    127.0.0.1); return the launch record."""
+    """Start cloud, edges (each serving its SuperLink) and clients, in that order, where ``site``
+    says (default: all on 127.0.0.1); return the launch record."""
     from fedcure_app.data.own import client_entries
     from fedcure_app.runtime.processes import Child, free_port, free_ports
 
@@ -365,7 +359,8 @@ def start_roles(cfg: FedCureConfig, args: argparse.Namespace, out: Path, roles: 
                         env=cloud_env)
     record["pids"] = {"cloud": roles.cloud.pid}
     _wait_listening(roles.cloud, site, site.host("cloud"), cloud_port)
-    for e, port in enumerate(free_ports(m)):
+    edge_ports = free_ports(m)
+    for e, port in enumerate(edge_ports):
         host = site.host(f"edge{e}")
         argv = [py, "-m", "edge_server.cli", "--cloud", cloud_addr, "--edge-id", str(e),
                 "--listen", f"{host}:{port}", "--work-dir", str(work / f"edge{e}"),
@@ -376,6 +371,8 @@ def start_roles(cfg: FedCureConfig, args: argparse.Namespace, out: Path, roles: 
         roles.edges.append(child)
         record["edges"][e] = f"{host}:{port}"
         record["pids"][f"edge{e}"] = child.pid
+    for e, child in enumerate(roles.edges):  # up before dozens of clients' start-up takes the
+        _wait_listening(child, site, site.host(f"edge{e}"), edge_ports[e], 240.0)  # CPU
     own = client_entries(cfg.data.clients_data) if cfg.task is not None else None
     for i in range(n):
         data = ["--data", str(own[i].resolve())] if own else ["--num-partitions", str(n)]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+from collections.abc import Iterable
 from typing import Any, Callable
 
 from fedcure_app.flower.object_batches import (
@@ -192,37 +193,70 @@ def _routine(paths: list[str]) -> None:
         http_logging.ROUTINE_ACCESS_PATHS = frozenset(known) | frozenset(paths)
 
 
-def install_server(on: str = "superlink") -> bool:
-    """Make every app built in this process serve the batch routes: ``on`` = "superlink" (the
-    edge's: a SuperNode's Fleet routes and the edge ServerApp's Runtime API routes,
-    ``flwr.superlink.main.create_app``) or "supernode" (a client's Runtime API, the executor's
-    side, ``flwr.supernode.main.create_app``); False (logged) when Flower differs from what
-    this was written for."""
-    if on == "supernode":
-        import flwr.supernode.main as main
-    elif on == "superlink":
-        import flwr.superlink.main as main  # type: ignore[no-redef]
-    else:
-        raise ValueError(f"on must be 'superlink' or 'supernode', got {on!r}")
+def gather_objects(messages: Iterable[tuple[str, int, Any]], pull: Callable[[int, str], Any],
+                   confirm: Callable[[int, str], None], max_bytes: int = MAX_REPLY_BYTES,
+                   ) -> tuple[list[str], list[bytes], list[str]]:
+    """What a pull route sends with the messages it pulled: for each ``(message_id, run_id,
+    object tree)``, the contents of the tree's objects (``pull(run_id, object_id)``: Flower's
+    ``PullObjectResponse``) while they add up to less than ``max_bytes``, and
+    ``confirm(run_id, message_id)`` for each message whose every object came along. Returns the object
+    ids, their contents and the confirmed message ids. An object not there yet, past the cap or
+    whose pull fails is left out (the caller pulls it as Flower does, and confirms itself)."""
+    from flwr.supercore.inflatable.inflatable_object import iterate_object_tree
+
+    ids: list[str] = []
+    contents: list[bytes] = []
+    confirmed: list[str] = []
+    size = 0
+    for message_id, run_id, tree in messages:
+        whole = True
+        for oid in dict.fromkeys(t.object_id for t in iterate_object_tree(tree)):
+            if size >= max_bytes:
+                whole = False
+                break
+            try:
+                answer = pull(run_id, oid)
+            except Exception as err:  # noqa: BLE001 - the caller's own pull meets it
+                log.debug("objects from %s on left out of the pull: %s", oid, err)
+                whole = False
+                break
+            if not (answer.object_found and answer.object_available):
+                whole = False
+                continue
+            ids.append(oid)
+            contents.append(answer.object_content)
+            size += len(answer.object_content)
+        if not whole:
+            continue
+        try:
+            confirm(run_id, message_id)
+        except Exception as err:  # noqa: BLE001 - the caller confirms itself then
+            log.debug("message %s not confirmed here: %s", message_id, err)
+            continue
+        confirmed.append(message_id)
+    return ids, contents, confirmed
+
+
+def serve_routes(main: Any, types: dict[str, type], routers: list[Callable[[], Any]],
+                 what: str) -> bool:
+    """Make every app ``main.create_app`` (Flower's SuperLink or SuperNode app factory) builds
+    in this process serve each of ``routers()``, whose ``POST`` paths take the protobuf request
+    ``types[path]``, their successful requests routine for Flower's access log; False (and a
+    warning that ``what`` are not served) when Flower differs from what this was written for."""
     from flwr.supercore.protobuf import translation
 
     from fedcure_app.flower.object_pulls import version_problem
 
     problem = version_problem()
     create = getattr(main, "create_app", None)
-    types = getattr(translation, "PROTOBUF_REQUEST_TYPES", None)
-    if problem or not callable(create) or not isinstance(types, dict):
-        log.warning("no object batches are served: %s",
+    known = getattr(translation, "PROTOBUF_REQUEST_TYPES", None)
+    if problem or not callable(create) or not isinstance(known, dict):
+        log.warning("no %s are served: %s", what,
                     problem or "Flower's app factory or request-type table is gone")
         return False
-    routers = [runtime_batch_router]
-    paths = [RUNTIME_PULL_PATH, RUNTIME_PUSH_PATH]
-    if on == "superlink":
-        routers.append(batch_router)
-        paths += [PULL_PATH, PUSH_PATH]
-    for path in paths:
-        types[("POST", path)] = ObjectBatch
-    _routine(paths)
+    for path, kind in types.items():
+        known[("POST", path)] = kind
+    _routine(list(types))
 
     @functools.wraps(create)
     def create_app(*args: Any, **kwargs: Any) -> Any:
@@ -235,5 +269,23 @@ def install_server(on: str = "superlink") -> bool:
     return True
 
 
-__all__ = ["BadBatch", "ForeignNode", "batch_router", "install_server", "pull_batch", "push_batch",
-           "runtime_batch_router"]
+def install_server(on: str = "superlink") -> bool:
+    """Make every app built in this process serve the batch routes: ``on`` = "superlink" (the
+    edge's: a SuperNode's Fleet routes and the edge ServerApp's Runtime API routes,
+    ``flwr.superlink.main.create_app``) or "supernode" (a client's Runtime API, the executor's
+    side, ``flwr.supernode.main.create_app``); False (logged) when Flower differs from what
+    this was written for."""
+    if on == "supernode":
+        import flwr.supernode.main as main
+    elif on == "superlink":
+        import flwr.superlink.main as main  # type: ignore[no-redef]
+    else:
+        raise ValueError(f"on must be 'superlink' or 'supernode', got {on!r}")
+    paths, routers = [RUNTIME_PULL_PATH, RUNTIME_PUSH_PATH], [runtime_batch_router]
+    if on == "superlink":
+        paths, routers = [*paths, PULL_PATH, PUSH_PATH], [*routers, batch_router]
+    return serve_routes(main, dict.fromkeys(paths, ObjectBatch), routers, "object batches")
+
+
+__all__ = ["BadBatch", "ForeignNode", "batch_router", "gather_objects", "install_server",
+           "pull_batch", "push_batch", "runtime_batch_router", "serve_routes"]

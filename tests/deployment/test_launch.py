@@ -92,20 +92,24 @@ def test_every_role_stops_its_children_without_killing_them(launched):
         assert "ignored SIGTERM" not in text, text[-1500:]
 
 
-def test_every_hop_moves_a_messages_objects_in_batches(launched):
-    """Each edge's SuperLink took its SuperNodes' (Fleet API) and its ServerApp's (Runtime API)
-    objects of a message in one request, and each client's SuperNode its executor's; both
-    ran Flower's middlewares inline."""
+def test_every_hop_moves_a_message_with_its_objects(launched):
+    """Each edge's SuperLink took its SuperNodes' messages with their objects in one request
+    each way (Fleet API), and its ServerApp's replies with theirs in one pull (Runtime API,
+    whose pushes of instructions go in object batches); each client's SuperNode gave its
+    executor each task in one request and took its reply and status in another; both ran
+    Flower's middlewares inline."""
     out, done = launched
     assert done.returncode == 0, _diagnostics(out, done)
     for e in range(EDGES):
         text = (out / "work" / f"edge{e}" / "superlink.log").read_text()
-        for api in ("Fleet API", "Runtime API"):
-            assert f"object batches in use on the {api}" in text, text[-1500:]
+        for path in ("/v1/fleet/fedcure-pull-message", "/v1/fleet/fedcure-push-message",
+                     "/v1/runtime/fedcure-pull-replies"):
+            assert f"message batches in use: {path}" in text, text[-1500:]
+        assert "object batches in use on the Runtime API" in text, text[-1500:]
         assert "Flower's middlewares run inline on the Fleet and Runtime APIs" in text
     for c in range(CLIENTS):
         text = (out / "work" / f"client{c}" / "supernode.log").read_text()
-        assert "object batches in use on the Runtime API" in text, text[-1500:]
+        assert "tasks in two requests each" in text, text[-1500:]
         assert "Flower's middlewares run inline on the Runtime API" in text
 
 

@@ -381,3 +381,41 @@ def test_an_executor_whose_client_role_is_gone_exits(tmp_path: Path):
             if p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+def _fab(clientapp: str) -> bytes:
+    """A FAB (zip) whose pyproject.toml names ``clientapp``."""
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("pyproject.toml", textwrap.dedent(f"""
+            [project]
+            name = "app"
+            version = "1.0.0"
+            [tool.flwr.app]
+            publisher = "someone"
+            [tool.flwr.app.components]
+            serverapp = "app:server"
+            clientapp = "{clientapp}"
+            [tool.flwr.app.config]
+            """))
+    return buf.getvalue()
+
+
+def test_another_clientapp_is_refused_every_time_and_fedcures_fab_is_read_once(monkeypatch):
+    from flwr.common import config
+
+    from client import executor
+
+    monkeypatch.setattr(executor, "_CHECKED_FABS", set())
+    reads = []
+    real = config.get_fab_config
+    monkeypatch.setattr(config, "get_fab_config", lambda c: reads.append(1) or real(c))
+    for _ in range(2):
+        with pytest.raises(executor.ExecutorError, match="runs only"):
+            executor.check_app(_fab("other.app:app"), "h-other")
+    for _ in range(3):
+        executor.check_app(_fab(executor.CLIENTAPP), "h-fedcure")
+    assert len(reads) == 3  # twice the refused FAB, once FedCure's
