@@ -48,7 +48,7 @@ from fedcure_app.cli.launch_report import (
     summary_table,
 )
 from fedcure_app.cli.launch_wait import StatusPoller, phase_label, progress_line, progress_text
-from fedcure_app.cli.launch_wait import status_text, supervise
+from fedcure_app.cli.launch_wait import status_text, supervise, wait_edge_ready
 from fedcure_app.cli.launch_wait import wait_listening as _wait_listening
 from fedcure_app.cli.own_data import add_task_options, apply_task
 from fedcure_app.config import METHOD_PRESETS, FedCureConfig, apply_flat
@@ -371,8 +371,9 @@ def start_roles(cfg: FedCureConfig, args: argparse.Namespace, out: Path, roles: 
         roles.edges.append(child)
         record["edges"][e] = f"{host}:{port}"
         record["pids"][f"edge{e}"] = child.pid
-    for e, child in enumerate(roles.edges):  # up before dozens of clients' start-up takes the
-        _wait_listening(child, site, site.host(f"edge{e}"), edge_ports[e], 240.0)  # CPU
+    for e, child in enumerate(roles.edges):  # ready before the clients' start-up takes the CPU
+        wait_edge_ready(child, site, site.host(f"edge{e}"), edge_ports[e],
+                        work / f"edge{e}" / "serverapp.log")
     own = client_entries(cfg.data.clients_data) if cfg.task is not None else None
     for i in range(n):
         data = ["--data", str(own[i].resolve())] if own else ["--num-partitions", str(n)]

@@ -28,6 +28,25 @@ def wait_listening(child: Any, site: Any, host: str, port: int,
     raise RuntimeError(f"{child.name} did not listen on {host}:{port} within {timeout_s:.0f} s")
 
 
+def wait_edge_ready(child: Any, site: Any, host: str, port: int, started: Path,
+                    timeout_s: float = 300.0) -> None:
+    """Wait until edge ``child`` serves its SuperLink on ``host:port`` and its edge ServerApp
+    has started (its log file ``started`` exists); RuntimeError when the edge exits first or
+    is not ready within ``timeout_s``. The launch starts clients only then: dozens of clients
+    starting at once take the CPU for minutes on a small machine, and the edge's own start-up
+    (SuperLink, ``flwr run``, ServerApp) has limits of its own."""
+    end = time.monotonic() + timeout_s
+    wait_listening(child, site, host, port, timeout_s)
+    while time.monotonic() < end:
+        if child.poll() is not None:
+            raise RuntimeError(f"{child.name} exited with code {child.proc.returncode} at start;"
+                               f" its log ends with:\n{child.tail()}")
+        if started.is_file():
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"{child.name}'s edge ServerApp did not start within {timeout_s:.0f} s")
+
+
 class StatusPoller:
     """The cloud's ``Monitor.Status`` (None while unreachable)."""
 
