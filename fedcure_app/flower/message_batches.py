@@ -292,19 +292,10 @@ class MessageBatcher:
 def message_client(base: type, batcher: MessageBatcher) -> type:
     """``base`` (Flower's ``FleetHttpClient``, or a subclass of it) whose message pulls,
     confirmations and pushes go through ``batcher``."""
-    from flwr.proto.message_pb2 import ConfirmMessageReceivedResponse, PushObjectResponse
+    from flwr.proto.message_pb2 import PushObjectResponse
 
-    class MessageBatchingClient(base):  # type: ignore[misc, valid-type]
-        def PullMessages(self, request: Any) -> Any:  # noqa: N802 - Flower's name
-            reply = batcher.pull(self, request)
-            return super().PullMessages(request) if reply is None else reply
-
-        def ConfirmMessageReceived(self, request: Any) -> Any:  # noqa: N802
-            if batcher.confirmed(request.message_object_id):
-                return ConfirmMessageReceivedResponse()  # the SuperLink confirmed it itself
-            return super().ConfirmMessageReceived(request)
-
-        def PushMessages(self, request: Any) -> Any:  # noqa: N802
+    class MessageBatchingClient(reply_client(base, batcher)):  # type: ignore[misc]
+        def PushMessages(self, request: Any) -> Any:  # noqa: N802 - Flower's name
             reply = batcher.provisional(self, request)
             return super().PushMessages(request) if reply is None else reply
 
@@ -364,8 +355,9 @@ def message_pushes(push_contents: Callable[..., Any],
 
 
 def reply_client(base: type, batcher: MessageBatcher) -> type:
-    """``base`` (Flower's ``RuntimeHttpClient``, or a subclass of it) whose pulls of messages
-    and their confirmations go through ``batcher`` (the edge ServerApp's pulls of replies)."""
+    """``base`` (Flower's ``RuntimeHttpClient`` or ``FleetHttpClient``, or a subclass) whose
+    pulls of messages and their confirmations go through ``batcher`` (the edge ServerApp's
+    pulls of replies; :func:`message_client` adds a SuperNode's pushes)."""
     from flwr.proto.message_pb2 import ConfirmMessageReceivedResponse
 
     class ReplyBatchingClient(base):  # type: ignore[misc, valid-type]

@@ -36,6 +36,7 @@ from typing import Any
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from fedcure_app.flower.batch_routes import gather_objects, serve_routes
+from fedcure_app.flower.object_batches import MAX_REPLY_BYTES
 
 log = logging.getLogger("fedcure.flower.task_batches")
 
@@ -44,8 +45,6 @@ OUTPUT_PATH = "/v1/runtime/fedcure-push-task-output"
 #: the names the executor's requests are signed and traced under
 INPUT_METHOD = "/fedcure.batch.Runtime/AcquireTaskInput"
 OUTPUT_METHOD = "/fedcure.batch.Runtime/PushTaskOutput"
-#: object contents one input answer carries at most (bytes); the rest are pulled Flower's way
-MAX_INPUT_BYTES = 64 * 2**20
 
 
 def _wire_schema() -> tuple[type, type, type]:
@@ -99,7 +98,7 @@ def _first_use() -> None:
 
 
 def acquire_with_input(request: Any, state: Any, handlers: Any,
-                       max_bytes: int = MAX_INPUT_BYTES) -> Any:
+                       max_bytes: int = MAX_REPLY_BYTES) -> Any:
     """Acquire a task (``handlers.acquire_task``) and gather its input into a :data:`TaskInput`:
     the task input, the message, its objects up to ``max_bytes`` and, when all of a message's
     objects came, its confirmation. A failure after the task was acquired is answered in
@@ -420,7 +419,7 @@ def finish(client: Any, bundled: bool, task_id: int, reply: Any, context: Any,
     return sub_status
 
 
-__all__ = ["INPUT_METHOD", "INPUT_PATH", "MAX_INPUT_BYTES", "OUTPUT_METHOD", "OUTPUT_PATH",
+__all__ = ["INPUT_METHOD", "INPUT_PATH", "OUTPUT_METHOD", "OUTPUT_PATH",
            "ReplyNotStored", "TaskInput", "TaskOutput", "TaskOutputReply", "TaskRequests",
            "acquire_with_input", "fast_routes", "finish", "inputs", "install_server", "output", "push_output",
            "send_output", "serve_output", "task_router"]
