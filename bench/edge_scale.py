@@ -12,7 +12,8 @@ measures:
   (from the first edge round to the end of the last one, the pause left out) and **waiting**:
   during the first task the bench stops the cloud (SIGSTOP, by PID), so once the coalition has
   finished that task and sent its update it waits for its next one, as a coalition does while
-  another holds the schedule; ``--idle-s`` seconds of that wait are measured, then the cloud
+  another holds the schedule; ``--idle-s`` seconds of that wait are measured (from
+  ``--settle-s`` seconds after the task's last edge round), then the cloud
   goes on (SIGCONT) and the run completes. The cloud's own cores in that window are 0 by
   construction;
 - the edge's memory: the largest resident set of its SuperLink, ServerApp and role together.
@@ -23,7 +24,7 @@ It prints a table, writes a plot (overhead and cores against N) and, with ``--js
 ``--busy`` runs one CPU-bound process beside the runs (started and stopped by PID).
 
     python3 bench/edge_scale.py [--clients 4,8,16,32] [--rounds 4] [--tau-e 4] [--busy]
-        [--idle-s 12] [--json FILE] [--plot FILE] [--out DIR]
+        [--idle-s 12] [--settle-s 2] [--json FILE] [--plot FILE] [--out DIR]
 """
 
 from __future__ import annotations
@@ -233,7 +234,7 @@ def launch(out: Path, clients: int, args: argparse.Namespace) -> dict[str, Any]:
         proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err,
                                 text=True)
         sampler = Sampler(proc.pid, every_s=args.every)
-        pauser = Pauser(out / "logs", sampler, args.idle_s)
+        pauser = Pauser(out / "logs", sampler, args.idle_s, args.settle_s)
         sampler.start()
         pauser.start()
         try:
@@ -353,6 +354,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=4, help="tasks (global rounds)")
     p.add_argument("--tau-e", type=int, default=4)
     p.add_argument("--idle-s", type=float, default=12.0, help="seconds of waiting measured")
+    p.add_argument("--settle-s", type=float, default=2.0,
+                   help="seconds after the task's last edge round before the waiting is measured")
     p.add_argument("--every", type=float, default=0.5, help="seconds between /proc samples")
     p.add_argument("--timeout", type=float, default=1800.0, help="per launch (s)")
     p.add_argument("--busy", action="store_true", help="one CPU-bound process beside the runs")
