@@ -198,6 +198,7 @@ def test_launch_passes_device_to_every_client(device, tmp_path, monkeypatch):
 
     monkeypatch.setattr(fedcure_app.runtime.processes, "Child", Child)
     monkeypatch.setattr(launch, "_wait_listening", lambda *a, **k: None)
+    monkeypatch.setattr(launch, "wait_edge_ready", lambda *a, **k: None)
     args = build_parser().parse_args(["launch", "--clients", "2", "--edges", "1",
                                       "--device", device, "--no-dashboard"])
     launch.start_roles(launch.config_from_args(args), args, tmp_path, launch.Roles())
