@@ -16,7 +16,7 @@ from pathlib import Path
 from fedcure_app.flower.node_data import read_applied
 from fedcure_app.runtime.processes import Child, alive, descendants
 
-ROUNDS, TAU_E, VICTIM = 4, 3, 2
+ROUNDS, TAU_E, VICTIM = 4, 12, 2  # τ_e: the kill lands mid-task (an edge round is ~0.1 s)
 
 
 def _launch_args(out: Path) -> argparse.Namespace:

@@ -99,7 +99,7 @@ def launched(tmp_path_factory):
     log = tmp / "launch.log"
     argv = [sys.executable, "-m", "fedcure_app.cli", "launch", "--edges", str(EDGES),
             "--clients", str(CLIENTS), "--rounds", str(ROUNDS), "--dataset", "digits",
-            "--tau-e", "2", "--tau-c", "25", "--eval-every", "1", "--timeout", "540",
+            "--tau-e", "6", "--tau-c", "25", "--eval-every", "1", "--timeout", "540",
             "--no-progress", "--out", str(out), "--dashboard", f"127.0.0.1:{dash_port}"]
     proc = subprocess.Popen(argv, stdout=log.open("w"), stderr=subprocess.STDOUT,
                             start_new_session=True)
