@@ -43,34 +43,44 @@ class BadBatch(ValueError):
     """An inner request is not the protobuf message its route takes."""
 
 
-def _inner(batch: Any, request_type: type) -> list[Any]:
+def parse_inner(raw: bytes, kind: type, what: str, node_id: int, carrier: str) -> Any:
+    """``raw`` parsed as ``kind`` (:class:`BadBatch` naming ``what`` when it is not one), and
+    naming node ``node_id``, the node that signed its ``carrier`` (:class:`ForeignNode`)."""
     from google.protobuf.message import DecodeError
 
-    requests = []
-    for i, raw in enumerate(batch.requests):
-        request = request_type()
-        try:
-            request.ParseFromString(raw)
-        except DecodeError:
-            raise BadBatch(f"requests[{i}] is not a {request_type.__name__}") from None
-        if request.node.node_id != batch.node_id:
-            raise ForeignNode(f"a batch of node {batch.node_id} names node "
-                              f"{request.node.node_id}")
-        requests.append(request)
-    return requests
+    request = kind()
+    try:
+        request.ParseFromString(raw)
+    except DecodeError:
+        raise BadBatch(f"{what} is not a {kind.__name__}") from None
+    if request.node.node_id != node_id:
+        raise ForeignNode(f"{carrier} of node {node_id} names node {request.node.node_id}")
+    return request
+
+
+def _inner(batch: Any, request_type: type) -> list[Any]:
+    return [parse_inner(raw, request_type, f"requests[{i}]", batch.node_id, "a batch")
+            for i, raw in enumerate(batch.requests)]
 
 
 _first: set[str] = set()
 _first_lock = threading.Lock()
 
 
-def _first_batch(api: str, node_id: int) -> None:
-    """Log the first batch each API serves in this process (what the launch tests look for)."""
+def log_first(key: str, logger: logging.Logger, message: str, *args: Any) -> None:
+    """Log ``message`` the first time ``key`` is used in this process (what the launch tests
+    look for: the first use of each route)."""
     with _first_lock:
-        if api in _first:
+        if key in _first:
             return
-        _first.add(api)
-    log.info("object batches in use on the %s (the first from node %d)", api, node_id)
+        _first.add(key)
+    logger.info(message, *args)
+
+
+def _first_batch(api: str, node_id: int) -> None:
+    """Log the first batch each API serves in this process."""
+    log_first(f"object batches {api}", log, "object batches in use on the %s (the first from "
+              "node %d)", api, node_id)
 
 
 def pull_batch(batch: Any, pull: Callable[[Any], Any], max_bytes: int = MAX_REPLY_BYTES) -> Any:
@@ -288,4 +298,5 @@ def install_server(on: str = "superlink") -> bool:
 
 
 __all__ = ["BadBatch", "ForeignNode", "batch_router", "gather_objects", "install_server",
-           "pull_batch", "push_batch", "runtime_batch_router", "serve_routes"]
+           "log_first", "parse_inner", "pull_batch", "push_batch", "runtime_batch_router",
+           "serve_routes"]

@@ -19,7 +19,6 @@ replies' objects and their confirmations in one answer (also ``threaded``).
 from __future__ import annotations
 
 import logging
-import threading
 from types import ModuleType
 from typing import Any, Callable
 
@@ -28,6 +27,8 @@ from fedcure_app.flower.batch_routes import (
     ForeignNode,
     _route,
     gather_objects,
+    log_first,
+    parse_inner,
     serve_routes,
 )
 from fedcure_app.flower.message_batches import (
@@ -42,18 +43,9 @@ from fedcure_app.flower.object_batches import MAX_REPLY_BYTES
 
 log = logging.getLogger("fedcure.flower.object_batches.messages")
 
-_first: set[str] = set()
-_first_lock = threading.Lock()
-
-
 def _first_use(path: str, node_id: int) -> None:
-    """Log the first request each route serves in this process (what the launch tests look
-    for)."""
-    with _first_lock:
-        if path in _first:
-            return
-        _first.add(path)
-    log.info("message batches in use: %s (the first from node %d)", path, node_id)
+    """Log the first request each route serves in this process."""
+    log_first(path, log, "message batches in use: %s (the first from node %d)", path, node_id)
 
 
 def _handlers(handlers: ModuleType | None) -> ModuleType:
@@ -96,17 +88,7 @@ def pull_message(request: Any, state: Any, handlers: ModuleType | None = None,
 
 
 def _parse(raw: bytes, kind: type, what: str, node_id: int) -> Any:
-    from google.protobuf.message import DecodeError
-
-    request = kind()
-    try:
-        request.ParseFromString(raw)
-    except DecodeError:
-        raise BadBatch(f"{what} is not a {kind.__name__}") from None
-    if request.node.node_id != node_id:
-        raise ForeignNode(f"a message push of node {node_id} names node "
-                          f"{request.node.node_id}")
-    return request
+    return parse_inner(raw, kind, what, node_id, "a message push")
 
 
 def push_message(request: Any, state: Any, handlers: ModuleType | None = None) -> Any:

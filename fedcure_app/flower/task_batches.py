@@ -35,7 +35,7 @@ from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-from fedcure_app.flower.batch_routes import gather_objects, serve_routes
+from fedcure_app.flower.batch_routes import gather_objects, log_first, serve_routes
 from fedcure_app.flower.object_batches import MAX_REPLY_BYTES
 
 log = logging.getLogger("fedcure.flower.task_batches")
@@ -87,14 +87,10 @@ class ReplyNotStored(RuntimeError):
 
 # ------------------------------------------------------------------------------ the SuperNode's side
 
-_used = threading.Event()
-
-
 def _first_use() -> None:
     """Log the first task taken over the bundle route in this process."""
-    if not _used.is_set():
-        _used.set()
-        log.info("tasks in two requests each (%s, %s)", INPUT_PATH, OUTPUT_PATH)
+    log_first("task bundles", log, "tasks in two requests each (%s, %s)", INPUT_PATH,
+              OUTPUT_PATH)
 
 
 def acquire_with_input(request: Any, state: Any, handlers: Any,
