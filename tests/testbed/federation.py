@@ -13,7 +13,8 @@ import re
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -112,6 +113,33 @@ class Federation:
         code = self.roles.cloud.proc.wait(timeout_s)
         assert code == 0, f"the cloud exited with {code} on SIGTERM:\n{self.roles.cloud.tail()}"
         return json.loads((self.out / "result.json").read_text())
+
+    # ------------------------------------------------------------------ the clients
+    @contextmanager
+    def paused(self, clients: Iterable[int]) -> Iterator[None]:
+        """SIGSTOP every process in the namespaces of ``clients`` (their SuperNodes and
+        ClientApps) and SIGCONT them on leaving: an edge round of theirs cannot end while the
+        test acts, however fast the rounds are. Keep it well within the edge timeout, or the
+        edge drops them."""
+        from fedcure_app.testbed import netns
+
+        pids = [p for i in clients for p in netns.namespace_pids(self.plan.clients[i].netns)]
+        assert pids, f"no process runs in the namespaces of clients {list(clients)}"
+        stopped = []
+        try:
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGSTOP)
+                except ProcessLookupError:
+                    continue
+                stopped.append(pid)
+            yield
+        finally:
+            for pid in stopped:
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
 
     # ------------------------------------------------------------------ watching
     def log(self, role: str) -> str:

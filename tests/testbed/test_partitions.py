@@ -51,6 +51,9 @@ FLAP_DOWN = EDGE_TIMEOUT + 2 * DEFAULT_REPLY_HOLD_S + 2.0
 #: the longest wait for anything (a loaded CI host)
 PATIENCE = 120.0
 WARM = 10
+#: seconds: the longest the test keeps a coalition's clients paused to cut its edge mid-task
+#: (well within EDGE_TIMEOUT, so that no edge round drops them)
+PAUSE_S = 1.5
 
 CONFIG = f"""
 [reliability]
@@ -138,37 +141,42 @@ def _check_history(fed: Federation) -> dict:
     return state
 
 
-def _mid_task(fed: Federation, edge: int) -> str:
-    """Wait until edge ``edge`` has trained the first edge round of a task it is still
-    serving (its clients are training the second); the task's id."""
-    found: list[str] = []
-    pat = re.compile(rf"task (\S+) edge round 0/{TAU_E}:")
-
-    def ready() -> bool:
-        text = fed.log(f"edge{edge}")
-        tasks = pat.findall(text)
-        done = {t for t, _ in fed.answered(edge)}
-        found[:] = [t for t in tasks[-1:] if t not in done]
-        return bool(found)
-
-    # a fresh task: count the answered ones first, so that an old one is not taken
-    fed.wait(f"edge {edge} in the middle of a task", ready, PATIENCE, poll_s=0.05)
-    return found[0]
+def _serving(fed: Federation, edge: int) -> str | None:
+    """The task edge ``edge`` serves now (the last one it logged taking and has not
+    answered), or None."""
+    tasks = re.findall(rf"edge {edge}: task (\S+) \(", fed.log(f"edge{edge}"))
+    if not tasks or tasks[-1] in {t for t, _ in fed.answered(edge)}:
+        return None
+    return tasks[-1]
 
 
 def _cut_mid_task(fed: Federation, edge: int) -> str:
-    """Cut edge ``edge`` from the cloud while it serves a task (its clients train); the task's
-    id. A task whose answer got through just before the cut does not count (the edge heard the
-    reply, or the cloud aggregated it and the reply was lost in the cut): healed, and the next
-    one is taken."""
+    """Cut edge ``edge`` from the cloud while it serves a task; the task's id.
+
+    Its clients are paused (:meth:`Federation.paused`) while the test finds the task and cuts,
+    so that the task cannot end first however fast its edge rounds are (a few tens of ms); they
+    go on within the edge timeout, and the edge finishes the task while cut. A task whose answer
+    got through just before the cut (the edge heard the reply, or the cloud aggregated it and the
+    reply was lost in the cut) does not count: healed, and the next one is taken."""
     node, cloud = fed.plan.edges[edge], fed.plan.cloud
+    clients = [i for i, m in enumerate(_state(fed)["assignment"]) if m == edge]
     for _ in range(5):
-        task = _mid_task(fed, edge)
-        netns.cut(node, cloud)
+        found: list[str] = []
+        with fed.paused(clients):
+            end = time.monotonic() + PAUSE_S
+            while time.monotonic() < end and not found:
+                task = _serving(fed, edge)
+                if task is not None:
+                    netns.cut(node, cloud)
+                    found.append(task)
+                else:
+                    time.sleep(0.05)
+        if not found:  # the edge took no task while its clients were paused (a loaded host)
+            continue
         time.sleep(1.0)
-        if (task not in {t for t, _ in fed.answered(edge)}
-                and _record(_state(fed), task) is None):
-            return task
+        if (found[0] not in {t for t, _ in fed.answered(edge)}
+                and _record(_state(fed), found[0]) is None):
+            return found[0]
         netns.cut(node, cloud, cut=False)
     raise AssertionError(f"edge {edge} answered every task before it could be cut")
 
