@@ -13,15 +13,20 @@ from typing import Any
 log = logging.getLogger("fedcure_app.cli.launch")
 
 
+def _check_running(child: Any) -> None:
+    """RuntimeError, with the end of its log, when ``child`` exited while starting."""
+    if child.poll() is not None:
+        raise RuntimeError(f"{child.name} exited with code {child.proc.returncode} at start;"
+                           f" its log ends with:\n{child.tail()}")
+
+
 def wait_listening(child: Any, site: Any, host: str, port: int,
                     timeout_s: float = 120.0) -> None:
     """Wait until ``child`` listens on ``host:port`` (as ``site`` reaches it); RuntimeError when
     it exits first or does not listen within ``timeout_s``."""
     end = time.monotonic() + timeout_s
     while time.monotonic() < end:
-        if child.poll() is not None:
-            raise RuntimeError(f"{child.name} exited with code {child.proc.returncode} at start;"
-                               f" its log ends with:\n{child.tail()}")
+        _check_running(child)
         if site.port_open(child.name, host, port):
             return
         time.sleep(0.1)
@@ -38,9 +43,7 @@ def wait_edge_ready(child: Any, site: Any, host: str, port: int, started: Path,
     end = time.monotonic() + timeout_s
     wait_listening(child, site, host, port, timeout_s)
     while time.monotonic() < end:
-        if child.poll() is not None:
-            raise RuntimeError(f"{child.name} exited with code {child.proc.returncode} at start;"
-                               f" its log ends with:\n{child.tail()}")
+        _check_running(child)
         if started.is_file():
             return
         time.sleep(0.1)

@@ -209,9 +209,10 @@ def gather_objects(messages: Iterable[tuple[str, int, Any]], pull: Callable[[int
     """What a pull route sends with the messages it pulled: for each ``(message_id, run_id,
     object tree)``, the contents of the tree's objects (``pull(run_id, object_id)``: Flower's
     ``PullObjectResponse``) while they add up to less than ``max_bytes``, and
-    ``confirm(run_id, message_id)`` for each message whose every object came along. Returns the object
-    ids, their contents and the confirmed message ids. An object not there yet, past the cap or
-    whose pull fails is left out (the caller pulls it as Flower does, and confirms itself)."""
+    ``confirm(run_id, message_id)`` for each message whose every object came along. Returns the
+    object ids, their contents and the confirmed message ids. An object not there yet, past the
+    cap or whose pull fails is left out (the caller pulls it as Flower does, and confirms
+    itself)."""
     from flwr.supercore.inflatable.inflatable_object import iterate_object_tree
 
     ids: list[str] = []

@@ -57,6 +57,8 @@ from typing import Any, Callable
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
+from fedcure_app.flower.object_batches import route_unserved
+
 log = logging.getLogger("fedcure.flower.object_batches.messages")
 
 PULL_MESSAGE_PATH = "/v1/fleet/fedcure-pull-message"
@@ -99,10 +101,6 @@ def _wire_schema() -> tuple[type, type, type]:
 
 
 MessagePullReply, MessagePush, MessagePushReply = _wire_schema()
-
-
-def _status(err: BaseException) -> int | None:
-    return getattr(getattr(err, "response", None), "status_code", None)
 
 
 def send_message(client: Any, path: str, request: Any, reply_type: type) -> Any:
@@ -150,7 +148,7 @@ class MessageBatcher:
         try:
             reply = self._send(client, self.pull_path, request, MessagePullReply)
         except Exception as err:
-            if _status(err) in (404, 405):
+            if route_unserved(err):
                 self._not_served()
                 return None
             raise  # as Flower's own pull fails (its retry invoker decides)
@@ -235,7 +233,7 @@ class MessageBatcher:
             reply = self._invoke(lambda: self._send(client, PUSH_MESSAGE_PATH, message,
                                                     MessagePushReply))
         except Exception as err:
-            if _status(err) not in (404, 405):
+            if not route_unserved(err):
                 raise  # _push_messages logs it: "Failed to send message"
             self._not_served()
             return self._push_alone(client, request, objects)

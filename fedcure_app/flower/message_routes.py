@@ -43,6 +43,7 @@ from fedcure_app.flower.object_batches import MAX_REPLY_BYTES
 
 log = logging.getLogger("fedcure.flower.object_batches.messages")
 
+
 def _first_use(path: str, node_id: int) -> None:
     """Log the first request each route serves in this process."""
     log_first(path, log, "message batches in use: %s (the first from node %d)", path, node_id)

@@ -158,13 +158,18 @@ class Batcher:
             return None
 
     def _failed(self, err: Exception) -> None:
-        status = getattr(getattr(err, "response", None), "status_code", None)
-        if status in (404, 405):
+        if route_unserved(err):
             if self.enabled:
                 log.info("%s is not served: one request per object", self.pull_path)
             self.enabled = False
         else:
             log.debug("an object batch failed (%s): one request per object", err)
+
+
+def route_unserved(err: BaseException) -> bool:
+    """True when ``err`` is an HTTP answer saying the server has no such route (404, 405): a
+    Flower server without FedCure's routes, whose client then goes Flower's own way."""
+    return getattr(getattr(err, "response", None), "status_code", None) in (404, 405)
 
 
 def send_batch(client: Any, path: str, requests: list[Any]) -> list[bytes]:
@@ -358,4 +363,4 @@ def install_grid(grid: Any, http_grid: ModuleType | None = None) -> Batcher | No
 __all__ = ["Batcher", "MAX_REPLY_BYTES", "ObjectBatch", "ObjectBatchReply", "PULL_PATH",
            "PUSH_PATH", "RUNTIME_PULL_PATH", "RUNTIME_PUSH_PATH", "batched_object_pushes",
            "batched_pulls", "batched_pushes", "batched_tree_pulls", "batching_client",
-           "install_client", "install_executor", "install_grid", "send_batch"]
+           "install_client", "install_executor", "install_grid", "route_unserved", "send_batch"]

@@ -36,7 +36,7 @@ from typing import Any
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from fedcure_app.flower.batch_routes import gather_objects, log_first, serve_routes
-from fedcure_app.flower.object_batches import MAX_REPLY_BYTES
+from fedcure_app.flower.object_batches import MAX_REPLY_BYTES, route_unserved
 
 log = logging.getLogger("fedcure.flower.task_batches")
 
@@ -85,7 +85,7 @@ class ReplyNotStored(RuntimeError):
     """The SuperNode did not store an object of the reply."""
 
 
-# ------------------------------------------------------------------------------ the SuperNode's side
+# ------------------------------------------------------------------------- the SuperNode's side
 
 def _first_use() -> None:
     """Log the first task taken over the bundle route in this process."""
@@ -254,7 +254,7 @@ def install_server() -> bool:
         main, fast_routes, "task bundles")
 
 
-# ------------------------------------------------------------------------------- the executor's side
+# -------------------------------------------------------------------------- the executor's side
 
 
 class TaskRequests:
@@ -266,8 +266,7 @@ class TaskRequests:
         self._lock = threading.Lock()
 
     def _unserved(self, err: Exception) -> bool:
-        status = getattr(getattr(err, "response", None), "status_code", None)
-        if status not in (404, 405):
+        if not route_unserved(err):
             return False
         with self._lock:
             if self.enabled:
@@ -417,5 +416,5 @@ def finish(client: Any, bundled: bool, task_id: int, reply: Any, context: Any,
 
 __all__ = ["INPUT_METHOD", "INPUT_PATH", "OUTPUT_METHOD", "OUTPUT_PATH",
            "ReplyNotStored", "TaskInput", "TaskOutput", "TaskOutputReply", "TaskRequests",
-           "acquire_with_input", "fast_routes", "finish", "inputs", "install_server", "output", "push_output",
-           "send_output", "serve_output", "task_router"]
+           "acquire_with_input", "fast_routes", "finish", "inputs", "install_server", "output",
+           "push_output", "send_output", "serve_output", "task_router"]
