@@ -11,5 +11,6 @@ torch, no I/O.
   FedCure / Greedy / Fair / Random schedulers.
 - :mod:`~fedcure_app.core.allocation`: CPU-frequency rule (Theorem 2).
 - :mod:`~fedcure_app.core.aggregation`: FedAvg, staleness weight, cloud update.
+- :mod:`~fedcure_app.core.weight_cap`: the per-client cap on FedAvg weights.
 - :mod:`~fedcure_app.core.layout`: initial federation layouts (label counts).
 """
