@@ -19,6 +19,7 @@ import numpy as np
 from fedcure_app.config import FedCureConfig
 from fedcure_app.protocol import cloud_pb2 as pb
 from fedcure_app.protocol.codec import CodecError, profile_from_proto
+from fedcure_app.protocol.withdraw import known_reason
 from fedcure_app.flower.supernode_auth import check_supernode_key
 from cloud_server import validation as door
 from cloud_server.formation import model_cycles_key, natural_key
@@ -106,7 +107,7 @@ class Registry:
         if not open_ and name in self.roster.clients:
             raise Refusal(Reason.FAILED_PRECONDITION, f"client {door.clip(name)} is part of a "
                           "coalition: formation already ran")
-        self.forget(name, door.clip(reason, 300))
+        self.forget(name, known_reason(reason))  # a code and a count, nothing private
         return self.roster.awaited
 
     def forget(self, name: str, reason: str) -> None:
@@ -203,8 +204,10 @@ class Registry:
 
     def register(self, entry: ClientEntry, *, open_: bool) -> ClientEntry:
         """Record a registration (a known name while ``open_``: the latest data counts);
-        returns the stored client. A new name is refused unless ``open_``."""
-        clients, expected = self.roster.clients, self.roster.awaited
+        returns the stored client. A new name is refused unless ``open_``; a name that had
+        withdrawn comes back as one client (its withdrawal is forgotten, so it is registered
+        once and counted once)."""
+        clients = self.roster.clients
         known = clients.get(entry.name)
         if known is None:
             if not open_:
@@ -213,7 +216,12 @@ class Registry:
                     f"registration is closed: coalition formation already ran with "
                     f"{len(clients)} clients; {door.clip(entry.name)} is not one of them",
                 )
+            if self.roster.withdrawn.pop(entry.name, None) is not None:
+                # one name, one client: it came back (fixed, restarted) and is awaited again
+                log.info("client %r is back: its registration replaces its withdrawal",
+                         entry.name)
             clients[entry.name] = entry
+            expected = self.roster.awaited
             self.changed = True
             n = len(clients)
             if n == expected or n <= 3 or n % max(1, expected // 10) == 0:

@@ -83,10 +83,11 @@ def test_a_withdrawn_client_no_longer_holds_formation(cloud, caplog):
         threads.append(register_async(stub, req, results, name))
     with caplog.at_level(logging.WARNING, logger="fedcure.cloud"):
         reply = stub.Withdraw(pb.WithdrawRequest(client_name="c2",
-                                                 reason="data/c2: empty folder"), timeout=5.0)
+                                                 reason="unknown-class: 2 classes"),
+                             timeout=5.0)
     assert reply.expected_clients == 2
     lines = [r.getMessage() for r in caplog.records if "withdrew" in r.getMessage()]
-    assert lines == ["client 'c2' withdrew: 'data/c2: empty folder' (formation waits for 2 "
+    assert lines == ["client 'c2' withdrew: 'unknown-class: 2 classes' (formation waits for 2 "
                      "clients now)"]
     for t in threads:
         t.join(timeout=1.0)
@@ -136,3 +137,31 @@ def test_the_clouds_own_data_flags_are_one_line_and_exit_2(tmp_path, argv, words
     assert done.returncode == 2, done.stderr
     line = done.stderr.strip()
     assert "\n" not in line and words in line
+
+
+def test_a_withdrawn_client_that_comes_back_replaces_its_withdrawal(cloud, caplog):
+    """One name, one client: c2 withdraws, is fixed and registers under the same name; it is
+    registered once and counted once, so formation still waits for c1, which registers."""
+    server, stub = cloud
+    c = server.service.controller
+    stub.Withdraw(pb.WithdrawRequest(client_name="c2", reason="bad data"), timeout=5.0)
+    assert c.roster.awaited == 2
+    results: dict = {}
+    threads = []
+    for name, counts in (("c2", [0, 2, 2, 0]), ("c0", [4, 0, 1, 0])):
+        stub.Claim(pb.ClaimRequest(client_name=name), timeout=5.0)
+        req = register_request(name, counts)
+        req.model_signature = signature()
+        threads.append(register_async(stub, req, results, name))
+        while name not in c.roster.clients:  # registered before the next one comes
+            threads[-1].join(timeout=0.05)
+    assert c.roster.withdrawn == {} and c.roster.awaited == 3
+    assert not c.forming and c.strategy is None  # 2 of 3: formation waits for c1
+    req = register_request("c1", [0, 3, 0, 3])
+    req.model_signature = signature()
+    threads.append(register_async(stub, req, results, "c1"))
+    for t in threads:
+        t.join(timeout=1.0)
+    assert not any(isinstance(r, grpc.RpcError) for r in results.values()), results
+    assert c.forming or c.strategy is not None  # all three: formation runs
+    assert sorted(c.roster.clients) == ["c0", "c1", "c2"] and c.roster.withdrawn == {}
