@@ -82,6 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="resume from the checkpoint in --out/checkpoint when there is one")
     p.add_argument("--no-checkpoint", action="store_true",
                    help="write no checkpoints (a crash then loses the run)")
+    p.add_argument("--max-client-weight", type=float, default=None, metavar="W",
+                   help="the largest share of its coalition's FedAvg weight one client may "
+                        "take, whatever count it registered (default: the configuration's, "
+                        "else 0.5; 1: plain FedAvg)")
     p.add_argument("--max-message-mb", type=float, default=None, metavar="MB",
                    help="largest gRPC message accepted (default 512)")
     sec = p.add_argument_group("transport security (see `fedcure certs`)")
@@ -135,6 +139,8 @@ def make_config(args: argparse.Namespace) -> tuple[Any, bool]:
         flat["data-dir"] = args.data_dir
     if args.method is not None:
         flat["method"] = args.method
+    if args.max_client_weight is not None:
+        flat["max-client-weight"] = args.max_client_weight
     if args.task is not None:
         from fedcure_app.data.own_federation import with_task
         from fedcure_app.data.task import load_task
@@ -163,14 +169,12 @@ def make_evaluator(cfg: Any, test_data: str | None = None) -> tuple[Any, int]:
     if cfg.task is not None:
         import numpy as np
 
-        from fedcure_app.data.own import normalise_x, read_client_data
+        from fedcure_app.data.own import normalise_x, read_test_data
 
-        part = read_client_data(test_data, cfg.task, label_column=cfg.data.label_column,
-                                holdout=0.0, seed=cfg.run.seed)
-        x_all = np.concatenate([part.x_train, part.x_test])
+        part = read_test_data(test_data, cfg.task, label_column=cfg.data.label_column)
         model = build_model(cfg.task)
-        x = torch.from_numpy(normalise_x(x_all, cfg.task))
-        y = torch.from_numpy(np.concatenate([part.y_train, part.y_test]).astype(np.int64))
+        x = torch.from_numpy(normalise_x(part.x_test, cfg.task))
+        y = torch.from_numpy(part.y_test.astype(np.int64))
         classes = cfg.task.num_classes
     else:
         from fedcure_app.data import load_dataset

@@ -313,6 +313,10 @@ class TaskBook(Mapping[str, TaskState]):
             client_ids=list(d.clients), frequencies_ghz=d.frequencies_ghz,
             seed=derive_seed(cfg.run.seed, d.round, d.coalition), round=d.round,
             t_hat_round_s=d.t_hat_round_s,
+            client_samples={int(c): int(strategy.client_samples[c]) for c in d.clients},
+            max_client_weight=cfg.reliability.max_client_weight,
+            client_step_bound=cfg.method.lr * cfg.method.tau_c
+            * cfg.reliability.norm_grad_bound,
         )
         task = TaskState(task_id, d, WithModel(msg, model if model is not None
                                                else self.model_bytes(strategy)),

@@ -55,6 +55,15 @@ class EdgeTask:
     #: an evaluation task (federated evaluation): every client evaluates ``arrays`` (global
     #: version ``version``) on its held-out part; nothing is trained
     evaluate: bool = False
+    #: client id -> the sample count it registered: the edge's FedAvg weights (empty: each
+    #: reply's ``num-examples``, as the simulation's clients report their true counts)
+    client_samples: dict[int, int] = field(default_factory=dict)
+    #: the largest FedAvg weight one client may take (:func:`fedcure_app.core.weight_cap.
+    #: cap_weights`; 0 or 1: none)
+    max_client_weight: float = 0.0
+    #: the farthest (L2) one client's reply may lie from the model it was sent in an edge
+    #: round, lr·τ_c·G (0: not screened)
+    client_step_bound: float = 0.0
 
     def local_amount(self) -> dict[str, int]:
         """How much each client trains per edge round, as :func:`fedcure_app.training.

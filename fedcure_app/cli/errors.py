@@ -57,6 +57,7 @@ FLAGS: dict[str, str] = {
     "formation": "--formation",
     "scheduler": "--scheduler",
     "deadline-min-s": "--deadline-min",
+    "max-client-weight": "--max-client-weight",
 }
 
 

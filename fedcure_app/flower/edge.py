@@ -50,6 +50,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg
 
+from fedcure_app.core.aggregation import fedavg
 from fedcure_app.flower.packing import pack, unpack
 from fedcure_app.protocol.text import printable
 from fedcure_app.tasks import ClientReport, EdgeResult, EdgeTask, client_train_seed
@@ -235,9 +236,49 @@ def _reply_problem(reply: Message, sent: ArrayRecord) -> str | None:
         return f"metrics lack {', '.join(missing)}"
     if not float(metrics["num-examples"]) > 0:
         return f"num-examples must be > 0, got {metrics['num-examples']}"
+    for key in ("loss", "seconds", "f-applied-ghz"):
+        if not math.isfinite(float(metrics[key])):
+            return f"{key} must be finite, got {metrics[key]}"
     if STARTUP_METRIC in metrics and not 0.0 <= float(metrics[STARTUP_METRIC]) < math.inf:
         return f"{STARTUP_METRIC} must be finite seconds >= 0, got {metrics[STARTUP_METRIC]}"
     return None
+
+
+def _model_problem(reply: Message, sent: list[np.ndarray], bound: float) -> str | None:
+    """Why a well-formed reply's model cannot be averaged in: NaN/Inf, or farther (L2, over
+    all tensors) than ``bound`` from the model ``sent`` in the same packed form (0: no bound).
+    The edge drops that client, so that one client's update never makes the cloud refuse the
+    coalition's."""
+    got = next(iter(reply.content.array_records.values())).to_numpy_ndarrays()
+    sq = 0.0
+    for a, b in zip(got, sent):
+        d = np.asarray(a, dtype=np.float64).ravel() - np.asarray(b, dtype=np.float64).ravel()
+        sq += float(np.dot(d, d))
+    if not math.isfinite(sq):
+        return "model has NaN or Inf values"
+    if bound > 0 and math.sqrt(sq) > bound:
+        return (f"model moved {math.sqrt(sq):.4g} from the one it was sent, beyond "
+                f"lr·τ_c·norm-grad-bound = {bound:.4g}")
+    return None
+
+
+def edge_weights(task: EdgeTask, clients: list[int], replies: list[Message]) -> list[float]:
+    """The FedAvg weights of ``clients`` (their ``replies``, same order) in an edge round:
+    the counts they registered (``task.client_samples``; a reply's own ``num-examples`` only
+    for a client the task lists none for), capped at ``task.max_client_weight``
+    (:func:`fedcure_app.core.weight_cap.capped_counts`)."""
+    from fedcure_app.core.weight_cap import capped_counts
+
+    counts = []
+    for c, reply in zip(clients, replies):
+        n = task.client_samples.get(c)
+        if n is None or n <= 0:
+            n = float(next(iter(reply.content.metric_records.values()))["num-examples"])
+        counts.append(float(n))
+    cap = float(task.max_client_weight)
+    if 0.0 < cap < 1.0:
+        return [float(v) for v in capped_counts(counts, cap)]
+    return counts
 
 
 def _train_message(
@@ -321,7 +362,8 @@ def run_edge_task(
         trace("edge.round_start", round_key)
         # one flat array per message: a third of the objects Flower moves
         # (fedcure_app.flower.packing)
-        record = ArrayRecord(pack(edge), keep_input=True)
+        packed = pack(edge)
+        record = ArrayRecord(packed, keep_input=True)
         msgs = [_train_message(record, task, c, node_of_client[c], r, ttl, extra_config)
                 for c in active]
         t_push = time.time()
@@ -352,6 +394,8 @@ def run_edge_task(
             c = client_of_id[mid]
             why = _reply_problem(reply, record)
             if why is None:
+                why = _model_problem(reply, packed, task.client_step_bound)
+            if why is None:
                 ok[c] = reply
             else:
                 problems[c] = why
@@ -367,22 +411,26 @@ def run_edge_task(
             )
         survivors = [c for c in active if c in ok]  # coalition order: deterministic sums
         replies = [ok[c] for c in survivors]
+        weights = edge_weights(task, survivors, replies)
         try:
-            with _quiet_fedavg():
-                arrays, _ = _FEDAVG.aggregate_train(r + 1, replies)
+            if task.client_samples:  # the registered counts, capped: not the replies' own
+                edge = unpack(fedavg([next(iter(m.content.array_records.values()))
+                                      .to_numpy_ndarrays() for m in replies], weights), shapes)
+            else:
+                with _quiet_fedavg():
+                    arrays, _ = _FEDAVG.aggregate_train(r + 1, replies)
+                if arrays is None:  # pragma: no cover - None only without replies
+                    raise ValueError("FedAvg returned no model")
+                edge = unpack(arrays.to_numpy_ndarrays(), shapes)
         except Exception as err:  # InconsistentMessageReplies: mismatched records
             raise EdgeTaskError(
                 f"task {task.task_id} edge round {r}: cannot aggregate the replies of clients "
                 f"{survivors}: {err}"
             ) from err
-        if arrays is None:  # pragma: no cover - FedAvg returns None only without replies
-            raise EdgeTaskError(f"task {task.task_id}: FedAvg returned no model in round {r}")
-        edge = unpack(arrays.to_numpy_ndarrays(), shapes)
-        num_samples = 0
+        num_samples = max(1, round(sum(weights)))
         round_startup = 0.0
         for c, reply in zip(survivors, replies):
             m = next(iter(reply.content.metric_records.values()))
-            num_samples += int(m["num-examples"])
             round_startup = max(round_startup, float(m.get(STARTUP_METRIC, 0.0)))
             reports.append(ClientReport(
                 client=c, edge_round=r, samples=int(m["samples"]),

@@ -121,7 +121,7 @@ class ConnectRequest(_message.Message):
     def __init__(self, edge_id: _Optional[int] = ..., address: _Optional[str] = ..., token: _Optional[str] = ...) -> None: ...
 
 class Task(_message.Message):
-    __slots__ = ("task_id", "coalition", "version", "model", "tau_e", "tau_c", "lr", "batch_size", "client_ids", "frequencies_ghz", "seed", "round", "t_hat_round_s", "evaluate")
+    __slots__ = ("task_id", "coalition", "version", "model", "tau_e", "tau_c", "lr", "batch_size", "client_ids", "frequencies_ghz", "seed", "round", "t_hat_round_s", "evaluate", "client_samples", "max_client_weight", "client_step_bound")
     class FrequenciesGhzEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -129,6 +129,13 @@ class Task(_message.Message):
         key: int
         value: float
         def __init__(self, key: _Optional[int] = ..., value: _Optional[float] = ...) -> None: ...
+    class ClientSamplesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     COALITION_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -143,6 +150,9 @@ class Task(_message.Message):
     ROUND_FIELD_NUMBER: _ClassVar[int]
     T_HAT_ROUND_S_FIELD_NUMBER: _ClassVar[int]
     EVALUATE_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    MAX_CLIENT_WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_STEP_BOUND_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     coalition: int
     version: int
@@ -157,7 +167,10 @@ class Task(_message.Message):
     round: int
     t_hat_round_s: float
     evaluate: bool
-    def __init__(self, task_id: _Optional[str] = ..., coalition: _Optional[int] = ..., version: _Optional[int] = ..., model: _Optional[bytes] = ..., tau_e: _Optional[int] = ..., tau_c: _Optional[int] = ..., lr: _Optional[float] = ..., batch_size: _Optional[int] = ..., client_ids: _Optional[_Iterable[int]] = ..., frequencies_ghz: _Optional[_Mapping[int, float]] = ..., seed: _Optional[int] = ..., round: _Optional[int] = ..., t_hat_round_s: _Optional[float] = ..., evaluate: _Optional[bool] = ...) -> None: ...
+    client_samples: _containers.ScalarMap[int, int]
+    max_client_weight: float
+    client_step_bound: float
+    def __init__(self, task_id: _Optional[str] = ..., coalition: _Optional[int] = ..., version: _Optional[int] = ..., model: _Optional[bytes] = ..., tau_e: _Optional[int] = ..., tau_c: _Optional[int] = ..., lr: _Optional[float] = ..., batch_size: _Optional[int] = ..., client_ids: _Optional[_Iterable[int]] = ..., frequencies_ghz: _Optional[_Mapping[int, float]] = ..., seed: _Optional[int] = ..., round: _Optional[int] = ..., t_hat_round_s: _Optional[float] = ..., evaluate: _Optional[bool] = ..., client_samples: _Optional[_Mapping[int, int]] = ..., max_client_weight: _Optional[float] = ..., client_step_bound: _Optional[float] = ...) -> None: ...
 
 class ClientEvaluation(_message.Message):
     __slots__ = ("client_id", "samples", "loss_sum", "correct", "class_correct", "class_total")

@@ -41,6 +41,9 @@ def _task_header(task: EdgeTask, round: int, t_hat_round_s: float) -> pb.Task:
         round=round,
         t_hat_round_s=t_hat_round_s,
         evaluate=bool(task.evaluate),
+        client_samples={int(c): int(n) for c, n in task.client_samples.items()},
+        max_client_weight=float(task.max_client_weight),
+        client_step_bound=float(task.client_step_bound),
     )
 
 
@@ -76,6 +79,9 @@ def task_from_proto(msg: pb.Task | WithModel, *, copy: bool = False) -> EdgeTask
         batch_size=msg.batch_size,
         seed=int(msg.seed),
         evaluate=bool(msg.evaluate),
+        client_samples={int(c): int(n) for c, n in msg.client_samples.items()},
+        max_client_weight=float(msg.max_client_weight),
+        client_step_bound=float(msg.client_step_bound),
     )
 
 

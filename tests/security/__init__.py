@@ -1,0 +1,1 @@
+"""Tests of the trust boundaries: hostile clients, hostile inputs."""
