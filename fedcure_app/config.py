@@ -223,6 +223,11 @@ class ReliabilityConfig(_Section):
     first_deadline_s: float = Field(
         600.0, gt=0.0, description="shortest task deadline while no task has been answered yet "
         "(the latency prior is only the device profiles' guess), seconds")
+    max_client_weight: float = Field(
+        0.5, gt=0.0, le=1.0, allow_inf_nan=False, description="the largest share of its "
+        "coalition's FedAvg weight one client may take, whatever sample count it registered "
+        "(the others share the rest in proportion to their counts; a coalition of fewer than "
+        "1/max-client-weight clients weights them equally); 1: plain FedAvg")
     late_staleness_bound: int = Field(
         16, ge=0, le=1_000_000, description="an answer arriving after its task's deadline is "
         "still aggregated as a stale update (weight ξ = ℓ·k^φ) while its staleness φ, the "

@@ -72,7 +72,7 @@ _OPTIONS: dict[str, str] = {
     "clients": "num-clients", "edges": "num-edges", "seed": "seed", "partition": "partition",
     "eval_every": "eval-every", "tau_c": "tau-c", "tau_e": "tau-e",
     "max_concurrent": "max-concurrent", "lr": "lr", "beta": "beta", "formation": "formation",
-    "scheduler": "scheduler",
+    "scheduler": "scheduler", "max_client_weight": "max-client-weight",
 }
 
 
@@ -145,6 +145,9 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                    help="shortest task deadline (s) before the cloud gives up on a coalition "
                         f"(default {LAUNCH_DEADLINE_MIN_S:.0f}: Flower starts one process per "
                         "message, slow on a shared host)")
+    p.add_argument("--max-client-weight", type=float, metavar="W",
+                   help="the largest share of its coalition's FedAvg weight one client may "
+                        "take, whatever count it registered (default 0.5; 1: plain FedAvg)")
     p.add_argument("--edge-timeout", type=float, default=0.0, metavar="S",
                    help="per edge round reply deadline: a client that has not answered within "
                         "S seconds is dropped from the round (0: wait for every client)")
