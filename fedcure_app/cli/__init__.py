@@ -20,7 +20,28 @@ from fedcure_app.config import ConfigError
 
 #: Sub-command modules, in the order ``fedcure --help`` lists them.
 SUBCOMMANDS: tuple[str, ...] = ("form", "data", "task", "simulate", "launch", "testbed",
-                                 "certs", "experiment")
+                                 "model", "certs", "experiment")
+
+
+class VersionAction(argparse.Action):
+    """``--version``: FedCure's version, the installed Flower's and whether the fast path is on
+    (:func:`fedcure_app.flower.fastpath.gate.summary`), then exit."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS,
+                 default: str = argparse.SUPPRESS, help: str | None = None) -> None:
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args: object) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        from fedcure_app.flower.fastpath.gate import summary
+
+        try:
+            own = version("fedcure")
+        except PackageNotFoundError:
+            own = "(not installed)"
+        print(f"fedcure {own}\n{summary()}")
+        parser.exit()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,6 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="FedCure: semi-asynchronous hierarchical federated learning on Flower.",
     )
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging")
+    parser.add_argument("--version", action=VersionAction,
+                        help="print FedCure's and Flower's versions and whether the fast path "
+                             "is on, then exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in SUBCOMMANDS:

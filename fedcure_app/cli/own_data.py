@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from fedcure_app.cli.errors import UsageError
@@ -28,6 +29,13 @@ def add_task_options(p: argparse.ArgumentParser) -> None:
                    "(default 0.1)")
     g.add_argument("--label-column", help="with --task: the label column of CSV data "
                    "(default label)")
+    g.add_argument("--test-data", metavar="PATH",
+                   help="with --task: a central test set in any format a client reads (all of "
+                   "it is test data): the global model is evaluated on it, and the clients "
+                   "train on all their data unless --holdout is given")
+    p.add_argument("--init-model", metavar="FILE",
+                   help="start from this model instead of a fresh one: a model.pt, model.pt2 "
+                   "or .safetensors of the same task (a finished run's model.pt, say)")
 
 
 def apply_task(cfg: FedCureConfig, args: argparse.Namespace) -> FedCureConfig:
@@ -41,7 +49,7 @@ def apply_task(cfg: FedCureConfig, args: argparse.Namespace) -> FedCureConfig:
 
     task_file = getattr(args, "task", None)
     if task_file is None:
-        for flag in ("clients_data", "holdout", "label_column"):
+        for flag in ("clients_data", "holdout", "label_column", "test_data"):
             if getattr(args, flag, None) is not None:
                 raise UsageError(f"--{flag.replace('_', '-')}: only with --task")
         return cfg
@@ -69,6 +77,10 @@ def apply_task(cfg: FedCureConfig, args: argparse.Namespace) -> FedCureConfig:
     data["data"]["clients_data"] = str(args.clients_data)
     if args.holdout is not None:
         data["data"]["holdout"] = args.holdout
+    elif getattr(args, "test_data", None) is not None:
+        data["data"]["holdout"] = 0.0  # a central test set: the clients train on all they hold
+    if getattr(args, "test_data", None) is not None and not Path(args.test_data).exists():
+        raise UsageError(f"--test-data {args.test_data}: no such file or folder")
     if args.label_column is not None:
         data["data"]["label_column"] = args.label_column
     try:  # one client per entry, edges at most the clients (checked above for --edges)
@@ -77,4 +89,18 @@ def apply_task(cfg: FedCureConfig, args: argparse.Namespace) -> FedCureConfig:
         raise UsageError(str(err)) from None
 
 
-__all__ = ["add_task_options", "apply_task"]
+def init_arrays(cfg: FedCureConfig, args: argparse.Namespace) -> list | None:
+    """The weights of ``--init-model`` checked against the run's task (None without it);
+    :class:`UsageError` in one line for a file that is not the task's model."""
+    path = getattr(args, "init_model", None)
+    if path is None:
+        return None
+    from fedcure_app.trained.files import ModelFileError, load_weights, run_task
+
+    try:
+        return load_weights(path, run_task(cfg))
+    except ModelFileError as err:
+        raise UsageError(f"--init-model: {err}") from None
+
+
+__all__ = ["add_task_options", "apply_task", "init_arrays"]

@@ -160,6 +160,10 @@ def _check_flower_knobs(cfg: FedCureConfig, args: argparse.Namespace) -> None:
     from fedcure_app.cli.errors import UsageError
     from fedcure_app.federation import simulation_only_knobs
 
+    for flag in ("test_data", "init_model"):
+        if getattr(args, flag, None) is not None:
+            raise UsageError(f"--{flag.replace('_', '-')}: not supported with --executor "
+                             "flower; use --executor inprocess or batched")
     bad = simulation_only_knobs(cfg)
     if bad:
         raise UsageError(f"{', '.join('--' + k for k in bad)}: not supported with --executor "
@@ -181,6 +185,31 @@ def _run_on_flower(cfg: FedCureConfig, out: Path) -> dict[str, Any]:
     return run_flower_simulation(rc)
 
 
+def _test_dataset(cfg: FedCureConfig, args: argparse.Namespace) -> Any:
+    """The clients' own data with ``--test-data`` as the test split (None without it: the
+    engine loads the run's data itself)."""
+    if getattr(args, "test_data", None) is None:
+        return None
+    from fedcure_app.data.own_federation import load_own_dataset
+
+    return load_own_dataset(cfg.task, cfg.data.clients_data, holdout=cfg.data.holdout,
+                            seed=cfg.run.seed, label_column=cfg.data.label_column,
+                            test_data=args.test_data)
+
+
+def class_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
+    """The end-of-run table's rows naming the weakest and strongest classes (none without a
+    per-class evaluation)."""
+    from fedcure_app.trained.names import class_line, extremes
+
+    by = result.get("class_accuracy_by_name")
+    if not by:
+        return []
+    weak, strong = extremes(by)
+    rows = [("weakest classes", class_line(weak))]
+    return rows + ([("strongest classes", class_line(strong))] if strong else [])
+
+
 def _summary_table(result: dict[str, Any]):
     from rich.table import Table
 
@@ -192,6 +221,8 @@ def _summary_table(result: dict[str, Any]):
     where = " (federated)" if result.get("evaluation") == "federated" else ""
     t.add_row("final accuracy", f"{100 * acc:.2f} %{where}" if acc is not None else "-")
     t.add_row("best accuracy", f"{100 * best:.2f} %" if best is not None else "-")
+    for label, value in class_rows(result):
+        t.add_row(label, value)
     t.add_row("JSD initial → formed", f"{result['initial_jsd']:.4f} → {result['formed_jsd']:.4f}")
     t.add_row("simulated time", f"{result['simulated_seconds']:.1f} s")
     t.add_row("latency COV", f"{result['latency_cov']:.3f}")
@@ -268,6 +299,11 @@ def _simulate(cfg: FedCureConfig, args: argparse.Namespace, threads: int, device
     elif cfg.run.executor != "flower":
         console.print(f"[dim]{workers} worker process{'es' if workers > 1 else ''} × "
                       f"{threads} torch thread{'s' if threads > 1 else ''}[/]")
+    from fedcure_app.cli.own_data import init_arrays
+
+    initial = init_arrays(cfg, args)
+    dataset = _test_dataset(cfg, args)
+    final: list = []
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)  # every input checked above: nothing made before
     rounds = cfg.run.global_rounds
@@ -297,10 +333,17 @@ def _simulate(cfg: FedCureConfig, args: argparse.Namespace, threads: int, device
             result = _run_on_flower(cfg, out)
         else:
             result = simulate(cfg, on_round=on_round, workers=workers, device=device,
-                              on_state=live[0].update if live is not None else None)
+                              on_state=live[0].update if live is not None else None,
+                              dataset=dataset, initial_arrays=initial, on_model=final.append)
             if live is not None:
                 live[0].finish()
-    paths = [out / "result.json"]
+    paths = []
+    if final:
+        from fedcure_app.trained.files import model_info, run_task, write_model_files
+
+        paths += write_model_files(out, final[0], run_task(cfg),
+                                   model_info("fedcure simulate", result))
+    paths.insert(0, out / "result.json")
     text = json.dumps(result, indent=1)
     paths[0].write_text(text)
     if args.json:

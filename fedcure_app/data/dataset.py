@@ -73,6 +73,12 @@ class Dataset:
     #: clients' held-out parts
     client_indices: list[np.ndarray] | None = None
     client_names: tuple[str, ...] = ()
+    #: with a task: the central test set the test split was read from ("": the union of the
+    #: clients' held-out parts, a federated evaluation)
+    test_source: str = ""
+    #: with a task: the clients of the clients folder that were refused (name -> why); they
+    #: take no part, as a deployed client that withdraws
+    withdrawn: dict[str, str] = field(default_factory=dict)
 
     @property
     def model_spec(self) -> Any:

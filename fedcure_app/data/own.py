@@ -96,10 +96,7 @@ def read_client_data(path: str | Path, task: TaskConfig, *, label_column: str = 
     :class:`ClientDataError` in one line."""
     if not 0.0 <= holdout < 1.0:
         raise ValueError(f"hold-out fraction must be in [0, 1) (got {holdout})")
-    source, fmt = resolve(path)
-    parts = read_parts(source, fmt, task, label_column)
-    ys = {part: check_classes(names, task, lambda _n, s=source: str(s))
-          for part, (_, names) in parts.items()}
+    source, fmt, parts, ys = _labelled_parts(path, task, label_column)
     x_train, y_train = parts["train"][0], ys["train"]
     if "test" in parts:
         x_test, y_test = parts["test"][0], ys["test"]
@@ -113,6 +110,32 @@ def read_client_data(path: str | Path, task: TaskConfig, *, label_column: str = 
              len(y_train), len(y_test), len(np.unique(y_train)))
     return ClientData(np.ascontiguousarray(x_train), y_train, np.ascontiguousarray(x_test),
                       y_test, str(source), fmt)
+
+
+def _labelled_parts(path: str | Path, task: TaskConfig, label_column: str
+                    ) -> tuple[Path, str, dict, dict[str, np.ndarray]]:
+    """The source, its format, its parts as read and their labels as the task's indices."""
+    source, fmt = resolve(path)
+    parts = read_parts(source, fmt, task, label_column)
+    ys = {part: check_classes(names, task, lambda _n, s=source: str(s))
+          for part, (_, names) in parts.items()}
+    return source, fmt, parts, ys
+
+
+def read_test_data(path: str | Path, task: TaskConfig, *, label_column: str = "label"
+                   ) -> ClientData:
+    """All of ``path`` as test data (a central test set: ``--test-data``, ``fedcure model
+    evaluate``): every part of it in the test part, none held out or trained on; refused as a
+    client's data is (:class:`ClientDataError`, naming the file)."""
+    source, fmt, parts, ys = _labelled_parts(path, task, label_column)
+    x = np.concatenate([parts[k][0] for k in parts])
+    y = np.concatenate([ys[k] for k in parts]).astype(np.int64)
+    if not len(y):
+        raise ClientDataError(f"{source}: no test samples")
+    log.info("%s (%s): %d test samples, %d classes", source, fmt, len(y), len(np.unique(y)))
+    empty = np.zeros((0, *x.shape[1:]), dtype=x.dtype)
+    return ClientData(empty, np.zeros(0, dtype=np.int64), np.ascontiguousarray(x), y,
+                      str(source), fmt)
 
 
 def pixel_norm(task: TaskConfig) -> tuple[np.ndarray, np.ndarray]:
@@ -145,4 +168,5 @@ def normalise_x(x: np.ndarray, task: TaskConfig) -> np.ndarray:
 
 __all__ = ["ClientData", "ClientDataError", "DATA_SUFFIXES", "check_classes", "client_entries",
            "infer_task", "normalise_x", "pixel_norm", "read_client_data", "read_parts",
+           "read_test_data",
            "resolve", "stratified_holdout"]

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from fedcure_app.data.dataset import Dataset
-from fedcure_app.data.errors import CorruptDatasetError, MissingDatasetError
+from fedcure_app.data.errors import CorruptDatasetError, DatasetError, MissingDatasetError
 
 log = logging.getLogger(__name__)
 
@@ -29,32 +29,47 @@ def initial_edges(num_clients: int, num_edges: int) -> np.ndarray:
 
 
 def load_own_dataset(task: Any, clients_dir: str | Path, *, holdout: float, seed: int,
-                     label_column: str = "label") -> Dataset:
+                     label_column: str = "label", test_data: str | Path | None = None
+                     ) -> Dataset:
     """Every client entry of ``clients_dir`` read under ``task``, as one :class:`Dataset`
     (normalised float32) whose ``client_indices`` give each client its own samples and whose
-    test split is the union of the clients' held-out parts."""
-    from fedcure_app.data.own import client_entries, normalise_x, read_client_data
+    test split is the union of the clients' held-out parts, or all of ``test_data`` (a central
+    test set, ``Dataset.test_source``)."""
+    from fedcure_app.data.names import client_name
+    from fedcure_app.data.own import (
+        client_entries, normalise_x, read_client_data, read_test_data)
 
-    entries = client_entries(clients_dir)
-    parts = []
-    for entry in entries:
-        part = read_client_data(entry, task, label_column=label_column, holdout=holdout,
-                                seed=seed)
-        if len(part.y_train) == 0:
-            raise CorruptDatasetError(f"{entry}: no training samples left after the hold-out")
+    parts, names, withdrawn = [], [], {}
+    for entry in client_entries(clients_dir):
+        try:
+            part = read_client_data(entry, task, label_column=label_column, holdout=holdout,
+                                    seed=seed)
+            if len(part.y_train) == 0:
+                raise CorruptDatasetError(f"{entry}: no training samples left after the "
+                                          "hold-out")
+        except DatasetError as err:  # refused as a deployed client is: the others go on
+            withdrawn[client_name(entry)] = refused(client_name(entry), err)
+            continue
         parts.append(part)
+        names.append(client_name(entry))
+    if not parts:
+        raise CorruptDatasetError(f"clients-data {clients_dir}: every client was refused "
+                                  f"({', '.join(withdrawn)})")
     sizes = np.array([len(p.y_train) for p in parts], dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum(sizes)])
     x_train = normalise_x(np.concatenate([p.x_train for p in parts]), task)
     y_train = np.concatenate([p.y_train for p in parts]).astype(np.int64)
     tests = [p for p in parts if len(p.y_test)]
-    if not tests:
+    if test_data is not None:
+        tests = [read_test_data(test_data, task, label_column=label_column)]
+    elif not tests:
         raise CorruptDatasetError(f"clients-data {clients_dir}: no client has a held-out part "
                                   "to evaluate on (set holdout > 0, or give test/ folders)")
     x_test = normalise_x(np.concatenate([p.x_test for p in tests]), task)
     y_test = np.concatenate([p.y_test for p in tests]).astype(np.int64)
-    log.info("own data: %d clients, %d training and %d held-out samples from %s", len(parts),
-             int(sizes.sum()), len(y_test), clients_dir)
+    log.info("own data: %d clients, %d training samples from %s; %d test samples (%s)",
+             len(parts), int(sizes.sum()), clients_dir, len(y_test),
+             test_data if test_data is not None else "the clients' held-out parts")
     return Dataset(
         name="task", x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test,
         num_classes=task.num_classes, input_shape=tuple(task.sample_shape),  # type: ignore
@@ -62,7 +77,34 @@ def load_own_dataset(task: Any, clients_dir: str | Path, *, holdout: float, seed
         mean=task.mean_values, std=task.std_values, task=task,
         client_indices=[np.arange(starts[i], starts[i + 1], dtype=np.int64)
                         for i in range(len(parts))],
-        client_names=tuple(e.name for e in entries))
+        client_names=tuple(names), withdrawn=withdrawn,
+        test_source=str(test_data) if test_data is not None else "")
+
+
+def refused(name: str, err: Exception) -> str:
+    """Log ``NAME refused: WHY`` once (a warning, as ``fedcure launch`` says it of a client
+    process) and return WHY on one line."""
+    why = " ".join(str(err).split())
+    log.warning("%s refused: %s", name, why)
+    return why
+
+
+def fitted_config(cfg: Any, dataset: Dataset) -> Any:
+    """``cfg`` with one client per client ``dataset`` holds: fewer than the clients folder's
+    entries when some were refused (``dataset.withdrawn``). :class:`CorruptDatasetError`
+    when fewer clients than edges are left: the run cannot go on."""
+    if dataset.client_indices is None or len(dataset.client_indices) == \
+            cfg.federation.num_clients:
+        return cfg
+    from fedcure_app.config import apply_flat
+
+    left, edges = len(dataset.client_indices), cfg.federation.num_edges
+    if left < edges:
+        raise CorruptDatasetError(
+            f"{left} of {left + len(dataset.withdrawn)} clients left after refusals "
+            f"({', '.join(dataset.withdrawn)}), fewer than the {edges} edges: every edge "
+            "server needs at least one client")
+    return apply_flat(cfg, {"num-clients": left})
 
 
 def given_partition(dataset: Dataset, num_edges: int, seed: int) -> Any:
@@ -112,5 +154,5 @@ def load_federation_data(cfg: Any) -> Dataset:
                             seed=cfg.run.seed, label_column=cfg.data.label_column)
 
 
-__all__ = ["given_partition", "initial_edges", "load_federation_data",
+__all__ = ["fitted_config", "given_partition", "refused", "initial_edges", "load_federation_data",
            "load_own_dataset", "with_task"]

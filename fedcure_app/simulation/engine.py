@@ -33,7 +33,7 @@ from fedcure_app.config import FedCureConfig
 from fedcure_app.core.coalition import FormationResult
 from fedcure_app.core.divergence import average_pairwise_jsd, coalition_label_counts
 from fedcure_app.data.dataset import Dataset
-from fedcure_app.data.own_federation import load_federation_data
+from fedcure_app.data.own_federation import fitted_config, load_federation_data
 from fedcure_app.data.partition import Partition
 from fedcure_app.devices import PopulationArrays, access_caps
 from fedcure_app.federation import build_strategy, form, prior_latency, samples_per_round
@@ -44,6 +44,7 @@ from fedcure_app.models import (
     model_num_bytes,
     set_weights,
 )
+from fedcure_app.simulation.pacing import EvalSchedule, local_steps, past_budget
 from fedcure_app.simulation.executors import (
     ClientExecutor,
     InProcessExecutor,
@@ -52,6 +53,7 @@ from fedcure_app.simulation.executors import (
 )
 from fedcure_app.strategy import Dispatch, EdgeUpdate, FedCureStrategy
 from fedcure_app.tasks import EdgeResult, EdgeTask, derive_seed
+from fedcure_app.trained.names import by_name, last_class_accuracy
 from fedcure_app.training import class_accuracy, evaluate
 
 log = logging.getLogger(__name__)
@@ -101,9 +103,10 @@ class Federation:
 
 def build_federation(cfg: FedCureConfig, dataset: Dataset | None = None) -> Federation:
     """Load the data, partition it, form coalitions, sample devices and the initial model."""
-    fed = cfg.federation
     if dataset is None:
         dataset = load_federation_data(cfg)
+    cfg = fitted_config(cfg, dataset)  # the clients left when some were refused
+    fed = cfg.federation
     part = partition_for(cfg, dataset)
     assignment, formation = form(cfg, reported_counts(cfg, part.label_counts),
                                  part.initial_assignment)
@@ -342,6 +345,8 @@ class SimulationEngine:
         acc0, _, _ = self._evaluate()
         if on_state is not None:
             on_state(self.strategy, records, now, acc0)
+        schedule = EvalSchedule(cfg)
+        steps = local_steps(cfg, self.fed.client_samples)
         for _ in range(cfg.run.global_rounds):
             if not heap:
                 raise RuntimeError("no coalition is training: nothing can arrive")
@@ -362,8 +367,8 @@ class SimulationEngine:
             for d in new:
                 self._launch(d, now, heap)
             acc = loss = confusion = per_class = None
-            last = rec.round == cfg.run.global_rounds
-            if rec.round % cfg.run.eval_every == 0 or last:
+            last = rec.round == cfg.run.global_rounds or past_budget(cfg, now)
+            if schedule.due(rec.round, now) or last:
                 acc, loss, confusion = self._evaluate()
                 per_class = list(class_accuracy(np.asarray(confusion)))
             row = {
@@ -374,6 +379,8 @@ class SimulationEngine:
                 "dispatched": [d.coalition for d in new],
                 "frequencies_ghz": {str(c): f for c, f in a.dispatch.frequencies_ghz.items()},
                 "energy_j": a.energy_j, "accuracy": acc, "loss": loss,
+                "client_steps": int(steps[list(a.dispatch.clients)].sum()) * cfg.method.tau_e,
+                "wan_bytes": 2 * self.fed.model_bytes,
                 "class_accuracy": per_class, "confusion": confusion, **diag, **decision,
             }
             records.append(row)
@@ -381,6 +388,8 @@ class SimulationEngine:
                 on_round(row)
             if on_state is not None:
                 on_state(self.strategy, records, now, None)
+            if last:
+                break
         for left in heap:  # tasks still training when the run ended: not needed
             if isinstance(left.result, Future):
                 left.result.cancel()
@@ -400,14 +409,22 @@ class SimulationEngine:
             "dataset": fed.dataset.name,
             # own data: the test split is the union of the clients' held-out parts, so its
             # accuracy is the clients' sample-weighted (federated) accuracy
-            "evaluation": "federated" if fed.dataset.task is not None else "central",
+            "evaluation": "federated" if fed.dataset.task is not None
+            and not fed.dataset.test_source else "central",
             "clients": list(fed.dataset.client_names) or None,
+            # own data: the clients refused (name -> why), as a deployed cloud lists them
+            "withdrawn": dict(fed.dataset.withdrawn),
             "initial_accuracy": acc0,
             "final_accuracy": accs[-1] if accs else None,
             "best_accuracy": max(accs) if accs else None,
+            # the last evaluation's per-class accuracy, keyed by class name
+            "class_accuracy_by_name": by_name(last_class_accuracy(records),
+                                              fed.dataset.class_names),
             "rounds": len(records),
             "simulated_seconds": records[-1]["time_s"] if records else 0.0,
             "energy_j": float(sum(r["energy_j"] for r in records)),
+            "client_steps": int(sum(r["client_steps"] for r in records)),
+            "wan_bytes": int(sum(r["wan_bytes"] for r in records)),
             "latency_cov": float(lat.std() / lat.mean()) if lat.size and lat.mean() > 0 else 0.0,
             "wall_seconds": wall,
             "device": str(self.device),
@@ -436,6 +453,8 @@ def simulate(
     on_state: StateHook | None = None,
     workers: int | None = 1,
     device: torch.device | str = "cpu",
+    initial_arrays: list[np.ndarray] | None = None,
+    on_model: Callable[[list[np.ndarray]], None] | None = None,
 ) -> dict[str, Any]:
     """Build the federation and run it with the configured executor; return the result dict.
 
@@ -443,8 +462,16 @@ def simulate(
     (1: in this process; None: one per core, what ``fedcure simulate`` uses). Wall time is all
     it changes. ``device``: where the clients train and the global model is evaluated (a GPU
     trains in this process, whatever ``workers`` says). ``on_state``: see
-    :meth:`SimulationEngine.run` (the live view)."""
+    :meth:`SimulationEngine.run` (the live view). ``initial_arrays``: the model to start from
+    (``--init-model``) instead of a seeded fresh one; ``on_model(arrays)``: called with the
+    final global model."""
     fed = build_federation(cfg, dataset)
+    if initial_arrays is not None:
+        fed.initial_arrays = [np.asarray(a, dtype=np.float32) for a in initial_arrays]
+    if cfg.peers.peer != "none":
+        from fedcure_app.simulation.peer_engine import simulate_peer
+
+        return simulate_peer(fed, executor, on_round=on_round, workers=workers, device=device)
     own = executor is None
     if executor is None:
         if cfg.run.executor == "flower":
@@ -454,7 +481,11 @@ def simulate(
             )
         executor = make_executor(fed, workers, device=device)
     try:
-        return SimulationEngine(fed, executor, device=device).run(on_round, on_state)
+        engine = SimulationEngine(fed, executor, device=device)
+        result = engine.run(on_round, on_state)
+        if on_model is not None:
+            on_model(engine.strategy.global_arrays)
+        return result
     finally:
         if own:
             executor.close()
@@ -462,5 +493,6 @@ def simulate(
 
 __all__ = [
     "Federation", "SimulationEngine", "arrival_diagnostics", "build_federation",
-    "client_tensors", "make_executor", "make_inprocess_executor", "simulate",
+    "client_tensors", "make_executor",
+    "make_inprocess_executor", "simulate",
 ]
