@@ -65,17 +65,21 @@ def claim(stub: Any, args: argparse.Namespace, name: str, stop: threading.Event)
         raise _rpc_error(err, args.cloud, "Claim", args) from None
 
 
-def withdraw(stub: Any, args: argparse.Namespace, name: str, reason: str) -> None:
+def withdraw(stub: Any, args: argparse.Namespace, name: str, refusal: BaseException) -> None:
     """``Association.Withdraw`` (best effort, a few seconds): the cloud logs why this client
-    cannot take part and stops waiting for it."""
+    cannot take part, as a code and a count only
+    (:func:`fedcure_app.protocol.withdraw.withdraw_reason`; the refusal's line, which may name
+    files, stays here), and stops waiting for it."""
     import grpc
 
     from fedcure_app.protocol import cloud_pb2 as pb
+    from fedcure_app.protocol.withdraw import withdraw_reason
 
+    reason = withdraw_reason(refusal)
     try:
-        stub.Withdraw(pb.WithdrawRequest(client_name=name, reason=reason[:500],
+        stub.Withdraw(pb.WithdrawRequest(client_name=name, reason=reason,
                                          token=args.token), timeout=5.0)
-        log.info("told the cloud this client withdraws")
+        log.info("told the cloud this client withdraws (%s)", reason)
     except grpc.RpcError as err:
         log.warning("could not tell the cloud this client withdraws (%s)", err.code().name)
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -32,6 +33,9 @@ from fedcure_app.flower.own_node import DataRefused, own_node_data
 
 #: exit code of the child when the data or the model is refused (one line on stderr)
 EXIT_REFUSED = 3
+#: how the child's refusal line starts: ``refused[CODE:COUNT] line`` (:func:`tag_refusal`)
+_TAG = "refused["
+_TAGGED = re.compile(r"^refused\[([a-z-]+):([0-9]*)\] (.*)$")
 
 
 def read_own_data(cfg: Any, index: int, name: str, out: Path, *, data: str,
@@ -58,8 +62,26 @@ def read_own_data(cfg: Any, index: int, name: str, out: Path, *, data: str,
         raise ClientError(f"reading {data} took more than {timeout_s:.0f} s") from None
     except ChildFailed as err:
         if err.returncode == EXIT_REFUSED:
-            raise DataRefused(err.tail) from None
+            raise untag_refusal(err.tail) from None
         raise ClientError(f"reading {data} failed: {err.tail}") from None
+
+
+def tag_refusal(err: BaseException) -> str:
+    """The child's line for a refusal: its code and count
+    (:func:`fedcure_app.protocol.withdraw.withdraw_code`) in a tag, then the line itself."""
+    from fedcure_app.protocol.withdraw import withdraw_code
+
+    code, count = withdraw_code(err)
+    return f"{_TAG}{code}:{'' if count is None else count}] {' '.join(str(err).split())}"
+
+
+def untag_refusal(line: str) -> DataRefused:
+    """The refusal a child's :func:`tag_refusal` line stands for (an untagged line: a
+    refusal of code ``data-refused``)."""
+    m = _TAGGED.match(line)
+    if m is None:
+        return DataRefused(line)
+    return DataRefused(m.group(3), m.group(1), int(m.group(2)) if m.group(2) else None)
 
 
 def build_own_node_data(cfg: Any, args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
@@ -98,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         data, facts = build_own_node_data(cfg, args)
         save_node_data(args.out, data)
     except (DataRefused, DatasetError, ModelImportError) as err:
-        print(" ".join(str(err).split()), file=sys.stderr)
+        print(tag_refusal(err), file=sys.stderr)
         return EXIT_REFUSED
     except (OSError, ValueError) as err:
         print(f"{type(err).__name__}: {err}", file=sys.stderr)

@@ -238,9 +238,13 @@ class Registry:
         return client
 
     def ordered(self) -> list[ClientEntry]:
-        """The clients in id order: by claimed partition index, then the name's natural order
-        (``c2`` before ``c10``), whatever the order they came in."""
+        """The clients in id order, whatever the order they came in: by claimed partition
+        index, then the name's natural order (``c2`` before ``c10``); under a task (own data:
+        a partition index says nothing) by name alone, as ``fedcure simulate`` orders a clients
+        folder, so the same fleet gets the same ids, and forms the same coalitions, every run."""
         clients = self.roster.clients
+        if self.cfg.task is not None:
+            return [clients[n] for n in sorted(clients)]
         return [clients[n] for n in sorted(clients, key=self._order)]
 
     def _order(self, name: str) -> tuple[int, list[Any]]:

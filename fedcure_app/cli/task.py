@@ -76,6 +76,7 @@ def report(task: Any, summary: dict[str, Any]) -> list[str]:
         if len(summary["sizes"]) > 1:
             lines.append(f"note: images not {w}×{h} are refused by their client unless the "
                          "task says resize = true")
+        lines.extend(f"note: {note}" for note in summary.get("notes", []))
     else:
         lines.append(f"features: {task.features}")
     lines.append(f"mean {_numbers(task.mean)}, std {_numbers(task.std)}")

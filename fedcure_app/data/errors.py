@@ -21,4 +21,14 @@ class CorruptDatasetError(DatasetError):
 
 class ClientDataError(DatasetError):
     """A client's own data (``fedcure-client --data PATH``) cannot be used for the task: one
-    line naming the file, row, column or class at fault (:mod:`fedcure_app.data.own`)."""
+    line naming the file, row, column or class at fault (:mod:`fedcure_app.data.own`).
+
+    ``code`` is the refusal's kind and ``count`` how many files, classes or values share it
+    (None: not counted): all a client tells the cloud when it withdraws
+    (:func:`fedcure_app.protocol.withdraw.withdraw_reason`); the line itself stays on the
+    client."""
+
+    def __init__(self, message: str, code: str = "data-refused", count: int | None = None
+                 ) -> None:
+        super().__init__(message)
+        self.code, self.count = code, count

@@ -3,8 +3,8 @@
 PATH is a folder of client entries (each one client's data in any format of
 :mod:`fedcure_app.data.own`: a folder, a ``.csv`` or an ``.npz``) or one client's data. A first
 pass reads only what is cheap (image headers, labels, array shapes): the kind, the union of
-class names (sorted by name), the input shape (C: 1 when every image is greyscale, else 3; H×W
-the most common size) or the feature count. A second pass reads every client for that task
+class names (sorted by name), the input shape (C: the channels most images have, with a note
+naming the clients in the minority; H×W the most common size) or the feature count. A second pass reads every client for that task
 and computes the mean and standard deviation per channel (pixels on the [0, 1] scale) or per
 feature over all clients' training data (their ``test/`` parts left out).
 """
@@ -20,10 +20,9 @@ import numpy as np
 
 from fedcure_app.data import own_hf, own_images, own_read, own_tables
 from fedcure_app.data.errors import ClientDataError
+from fedcure_app.data.own_images import GREY_MODES, mode_channels
 from fedcure_app.data.task import TaskConfig, parse_task
 
-#: Pillow modes of one channel (anything else counts as colour).
-GREY_MODES = frozenset({"1", "L", "LA", "La", "I", "I;16", "I;16B", "I;16L", "I;16N", "F"})
 _CHUNK = 512
 
 
@@ -93,6 +92,35 @@ def survey(path: Path, label_column: str = "label") -> Survey:
     return s
 
 
+def channels_of(s: Survey) -> Counter:
+    """One client's images per channel count (a Pillow mode's, or an array's ``N channels``)."""
+    out: Counter = Counter()
+    for mode, n in s.modes.items():
+        out[int(mode.split()[0]) if mode.endswith(" channels") else mode_channels(mode)] += n
+    return out
+
+
+def majority_channels(surveys: list[Survey]) -> tuple[int, str | None]:
+    """The channels most images have (a tie: the larger count) and, when the clients' images
+    disagree, a note naming the clients holding images of other channels."""
+    per = {s.name: channels_of(s) for s in surveys}
+    total = sum(per.values(), Counter())
+    if not total:
+        return 1, None
+    channels = max(total, key=lambda c: (total[c], c))
+    if len(total) == 1:
+        return channels, None
+    minority = [name for name, seen in per.items() if set(seen) - {channels}]
+    counts = ", ".join(f"{c} channel{'s' if c != 1 else ''}: {n}"
+                       for c, n in sorted(total.items()))
+    shown = ", ".join(minority[:8]) + (f", … ({len(minority) - 8} more)"
+                                       if len(minority) > 8 else "")
+    return channels, (f"images disagree on channels ({counts} images): the task takes the "
+                      f"majority's {channels}; the images of other channels, held by "
+                      f"{shown}, are refused by their clients unless the task says "
+                      "convert = true")
+
+
 def _shape(surveys: list[Survey]) -> dict:
     """``kind`` and ``input-shape`` or ``features`` agreed by every client."""
     kinds = {s.kind for s in surveys}
@@ -108,9 +136,8 @@ def _shape(surveys: list[Survey]) -> dict:
             raise ClientDataError(f"{a.source} has {a.features} features, {b.source} has "
                                   f"{b.features}")
         return {"kind": "tabular", "features": next(iter(widths))}
-    modes = sum((s.modes for s in surveys), Counter())
     sizes = sum((s.sizes for s in surveys), Counter())
-    channels = 1 if all(m in GREY_MODES for m in modes) else 3
+    channels, _ = majority_channels(surveys)
     (w, h), _ = max(sizes.items(), key=lambda kv: (kv[1], kv[0][0] * kv[0][1], kv[0]))
     return {"kind": "image", "input-shape": [channels, h, w]}
 
@@ -161,7 +188,8 @@ def infer_task(path: str | Path, model: str | None = None, *, label_column: str 
         raise ClientDataError(f"{root}: {len(classes)} class ({', '.join(classes)}) in all "
                               "the data; a task needs at least 2")
     fields = {**_shape(surveys), "classes": classes, "model": model or ""}
-    reading = parse_task({**fields, "resize": fields["kind"] == "image"}, "task init")
+    image = fields["kind"] == "image"
+    reading = parse_task({**fields, "resize": image, "convert": image}, "task init")
     mean, std = _stats(reading, surveys, label_column)
     task = parse_task({**fields, "mean": mean, "std": std}, "task init")
     summary = {
@@ -174,8 +202,10 @@ def infer_task(path: str | Path, model: str | None = None, *, label_column: str 
         "sizes": {f"{w}×{h}": n for (w, h), n in sorted(
             sum((s.sizes for s in surveys), Counter()).items())},
         "modes": dict(sorted(sum((s.modes for s in surveys), Counter()).items())),
+        "notes": [note] if image and (note := majority_channels(surveys)[1]) else [],
     }
     return task, summary
 
 
-__all__ = ["GREY_MODES", "Survey", "infer_task", "is_client_data", "survey"]
+__all__ = ["GREY_MODES", "Survey", "channels_of", "infer_task", "is_client_data",
+           "majority_channels", "survey"]

@@ -10,6 +10,7 @@ per-feature normalisation and the model (a built-in name or an import path
 
 from __future__ import annotations
 
+import math
 import re
 import tomllib
 import unicodedata
@@ -26,12 +27,30 @@ BUILTIN_TASK_MODELS: tuple[str, ...] = ("digits", "mnist", "cifar10", "cnn", "ml
 PAPER_CNN_SHAPES: dict[str, tuple[int, int, int]] = {
     "digits": (1, 8, 8), "mnist": (1, 28, 28), "cifar10": (3, 32, 32)}
 TaskKind = Literal["image", "tabular"]
+#: The most values one sample may hold (C·H·W of an image, F of a table row): a 1024×1024 RGB
+#: image. A client holds its samples in memory, and the built-in models' first layer grows
+#: with the input.
+MAX_INPUT_VALUES = 3 * 1024 * 1024
+#: The largest finite float32 (the normalised data and the model are float32).
+FLOAT32_MAX = 3.4028234663852886e38
 _IMPORT_PATH = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
 
 
 def _printable(name: str) -> bool:
     """No control, format, surrogate or unassigned characters (Unicode categories C*)."""
     return bool(name) and not any(unicodedata.category(ch).startswith("C") for ch in name)
+
+
+def _check_float32_range(mean: tuple[float, ...], std: tuple[float, ...], pixels: bool) -> None:
+    """Every normalisation constant and the normalised range representable in float32: mean,
+    std, 1/std and mean/std (x·(1/std) − mean/std, :func:`fedcure_app.data.own.pixel_norm`),
+    and for images (pixels on [0, 1]) (1 − mean)/std too."""
+    for i, (m, s) in enumerate(zip(mean, std)):
+        ends = [abs(m), s, 1.0 / s, abs(m) / s] + ([abs(1.0 - m) / s] if pixels else [])
+        if not all(v <= FLOAT32_MAX for v in ends):
+            raise ValueError(f"mean[{i}] = {m:g} with std[{i}] = {s:g}: the normalised data "
+                             f"(x − mean)/std is not representable in float32 (|values| "
+                             f"beyond {FLOAT32_MAX:.3g})")
 
 
 class TaskConfig(BaseModel):
@@ -48,7 +67,7 @@ class TaskConfig(BaseModel):
                                "label order: every client maps its labels to these by name")
     input_shape: list[Annotated[int, Field(ge=1, le=65_536)]] | None = Field(
         None, min_length=3, max_length=3, description="[C, H, W] of one image (kind image)")
-    features: int | None = Field(None, ge=1, le=10_000_000,
+    features: int | None = Field(None, ge=1, le=MAX_INPUT_VALUES,
                                  description="feature columns per row (kind tabular)")
     model: str = Field("", description="a built-in model (digits, mnist, cifar10: the paper's "
                        "CNNs; cnn: a small CNN for any image size; mlp) or an import path "
@@ -61,6 +80,8 @@ class TaskConfig(BaseModel):
         None, description="per channel or per feature, > 0; empty: 1")
     resize: bool = Field(False, description="resize images of another size to input-shape's "
                          "H×W (bilinear) instead of refusing them")
+    convert: bool = Field(False, description="convert images of other channels than "
+                          "input-shape's C (greyscale <-> RGB) instead of refusing them")
 
     @model_validator(mode="after")
     def _consistent(self) -> "TaskConfig":
@@ -68,23 +89,31 @@ class TaskConfig(BaseModel):
         if bad:
             raise ValueError(f"class name {bad[0]!r} is not a printable name of 1..128 "
                              "characters")
-        if len(set(self.classes)) != len(self.classes):
-            dup = sorted({c for c in self.classes if self.classes.count(c) > 1})
-            raise ValueError(f"class {dup[0]!r} is listed twice")
+        seen: set[str] = set()
+        for c in self.classes:  # linear: a class list may be long
+            if c in seen:
+                raise ValueError(f"class {c!r} is listed twice")
+            seen.add(c)
         if self.kind == "image":
             if self.input_shape is None or self.features is not None:
                 raise ValueError("an image task needs input-shape = [C, H, W] and no features")
             width = self.input_shape[0]
         else:
-            if self.features is None or self.input_shape is not None or self.resize:
-                raise ValueError("a tabular task needs features = F and no input-shape or "
-                                 "resize")
+            if (self.features is None or self.input_shape is not None or self.resize
+                    or self.convert):
+                raise ValueError("a tabular task needs features = F and no input-shape, "
+                                 "resize or convert")
             width = self.features
+        size = math.prod(self.sample_shape)
+        if size > MAX_INPUT_VALUES:
+            raise ValueError(f"one sample of {list(self.sample_shape)} holds {size:,} values, "
+                             f"at most {MAX_INPUT_VALUES:,} (a 1024×1024 RGB image)")
         for name in ("mean", "std"):
             values = getattr(self, name)
             if values is not None and len(values) != width:
                 raise ValueError(f"{name} has {len(values)} values, the task has {width} "
                                  f"{'channels' if self.kind == 'image' else 'features'}")
+        _check_float32_range(self.mean_values, self.std_values, self.kind == "image")
         if not self.model:
             self.model = "cnn" if self.kind == "image" else "mlp"
         if self.model in PAPER_CNN_SHAPES:
@@ -173,5 +202,5 @@ def task_toml(task: TaskConfig) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["BUILTIN_TASK_MODELS", "PAPER_CNN_SHAPES", "TaskConfig", "TaskFileError",
-           "load_task", "parse_task", "task_toml"]
+__all__ = ["BUILTIN_TASK_MODELS", "FLOAT32_MAX", "MAX_INPUT_VALUES", "PAPER_CNN_SHAPES",
+           "TaskConfig", "TaskFileError", "load_task", "parse_task", "task_toml"]

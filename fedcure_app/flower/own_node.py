@@ -18,7 +18,13 @@ from typing import Any
 
 
 class DataRefused(ValueError):
-    """The node's data or model cannot be used under the task (one line)."""
+    """The node's data or model cannot be used under the task (one line); ``code`` and
+    ``count`` as :class:`fedcure_app.data.errors.ClientDataError` has them."""
+
+    def __init__(self, message: str, code: str = "data-refused", count: int | None = None
+                 ) -> None:
+        super().__init__(message)
+        self.code, self.count = code, count
 
 
 def own_node_data(cfg: Any, data: str | Path, *, index: int, name: str,
@@ -48,7 +54,7 @@ def own_node_data(cfg: Any, data: str | Path, *, index: int, name: str,
     part = read_client_data(data, task, label_column=label_column, holdout=holdout,
                             seed=cfg.run.seed)
     if len(part.y_train) == 0:
-        raise DataRefused(f"{data}: no training samples left after the hold-out")
+        raise DataRefused(f"{data}: no training samples left after the hold-out", "no-samples")
     signature = [[k, list(shape)] for k, shape in model_signature(build_model(task))]
     if task.kind == "image":  # uint8 pixels, normalised per batch by the trainer
         x, x_test = part.x_train, part.x_test

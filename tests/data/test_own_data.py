@@ -72,13 +72,15 @@ def test_any_case_jpeg_and_png_suffixes_are_read_other_files_skipped(tmp_path):
     assert data.y_train.tolist() == [0, 0, 1, 1]
 
 
-def test_colour_images_become_greyscale_and_greyscale_rgb_as_pillow_converts(tmp_path):
+def test_with_convert_colour_images_become_greyscale_and_greyscale_rgb_as_pillow_converts(
+        tmp_path):
     rgb = write_classes(tmp_path / "c1", {"cat": 2}, channels=3)["cat"]
-    grey = read_client_data(tmp_path / "c1", image_task(), holdout=0).x_train
+    grey = read_client_data(tmp_path / "c1", image_task(convert=True), holdout=0).x_train
     want = np.stack([np.asarray(Image.fromarray(a).convert("L")) for a in rgb])
     assert np.array_equal(grey[:, 0], want)
     g = write_classes(tmp_path / "c2", {"cat": 2})["cat"]
-    colour = read_client_data(tmp_path / "c2", image_task(shape=(3, 6, 5)), holdout=0).x_train
+    colour = read_client_data(tmp_path / "c2", image_task(shape=(3, 6, 5), convert=True),
+                              holdout=0).x_train
     assert colour.shape == (2, 3, 6, 5)
     assert all(np.array_equal(colour[:, c], g) for c in range(3))
 

@@ -87,7 +87,7 @@ def test_a_withdrawn_client_no_longer_holds_formation(cloud, caplog):
                              timeout=5.0)
     assert reply.expected_clients == 2
     lines = [r.getMessage() for r in caplog.records if "withdrew" in r.getMessage()]
-    assert lines == ["client 'c2' withdrew: 'unknown-class: 2 classes' (formation waits for 2 "
+    assert lines == ["client 'c2' withdrew: unknown-class: 2 classes (formation waits for 2 "
                      "clients now)"]
     for t in threads:
         t.join(timeout=1.0)
