@@ -5,8 +5,8 @@
         [--cpufreq-root DIR] [--host-samples-per-s R] [--cgroup-prefix P] [--insecure] [--tls-ca FILE] [--work-dir DIR]
     fedcure-client --probe [--cpufreq-root DIR]
 
-1. Claims its partition (``Association.Claim``, keyed by ``--name``, default
-   ``<hostname>-<pid>``; ``--partition-id`` asks for a given one) and gets the cloud's
+1. Claims its partition (``Association.Claim``, keyed by ``--name``, default the same every
+   run: ``names.default_name``; ``--partition-id`` asks for a given one) and gets the cloud's
    configuration, from which it computes exactly the partition ``fedcure simulate`` would
    (:func:`fedcure_app.federation.partition_for`), its label counts, its initial ES and its
    simulated device profile, and writes its data file (:mod:`fedcure_app.flower.node_data`),
@@ -45,7 +45,6 @@ import argparse
 import json
 import logging
 import os
-import socket
 import sys
 import threading
 import time
@@ -100,7 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=HelpFormatter)
     p.add_argument("--cloud", metavar="HOST:PORT",
                    help="the cloud's address (required unless --probe)")
-    p.add_argument("--name", help="stable client name (default <hostname>-<pid>)")
+    p.add_argument("--name", help="stable client name (default <hostname>-<data folder> "
+                   "with --data, <hostname>-p<I> with --partition-id, else <hostname>)")
     p.add_argument("--dataset", help="dataset the client holds; must match the cloud's "
                    "(default: the cloud's)")
     p.add_argument("--data-dir", metavar="DIR",
@@ -214,7 +214,8 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
     if not re.fullmatch(r"[A-Za-z0-9_.-]{1,40}", args.cgroup_prefix):
         raise UsageError("--cgroup-prefix: 1-40 letters, digits, '_', '.' or '-'")
     check_own_data_flags(args)
-    name = args.name or f"{socket.gethostname()}-{os.getpid()}"
+    from fedcure_app.data.names import default_name
+    name = args.name or default_name(args.data, args.partition_id)
     from fedcure_app.config import WarmClientConfig
 
     warm = WarmClientConfig.from_env(dict(os.environ), runtime=args.runtime,
@@ -244,8 +245,8 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
             return 0
         try:
             cfg = config_of(reply, args)
-        except UsageError as err:  # a mismatch with the cloud: it need not wait for us
-            withdraw(assoc, args, name, str(err))
+        except ValueError as err:  # a mismatch with the cloud (or its task): it need not wait
+            withdraw(assoc, args, name, err)
             raise
         index = int(reply.partition_id)
         for stale in (work / "node-data.npz.applied.jsonl", work / RUNTIME_ADDRESS_FILE,
@@ -256,16 +257,19 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
             data = prepare_data(cfg, args, index, name, work / "node-data.npz", stop)
         except (ClientError, DataRefused, ValueError) as err:
             # the cloud logs why and no longer waits for this client
-            withdraw(assoc, args, name, " ".join(str(err).split()))
+            withdraw(assoc, args, name, err)
             if isinstance(err, DataRefused):
                 raise UsageError(f"--data: {err}") from None
             raise
         if data is None:  # asked to stop meanwhile
             return 0
         data_file, home = data.data_file, data.home
+        from fedcure_app.trained.names import counts_text, run_classes
+
         log.info("client %r holds partition %d of %d (%s, %d samples, label counts %s, "
                  "initial edge %d, device %s)", name, index, reply.num_partitions,
-                 cfg.data.dataset, data.samples, data.label_counts, home, data.profile.name)
+                 "task" if cfg.task is not None else cfg.data.dataset, data.samples,
+                 counts_text(data.label_counts, run_classes(cfg)), home, data.profile.name)
         args.gpufreq_in_use = gpufreq_in_use(warm.gpufreq, data.profile.name)
         log.info("client %r trains on %s (--device %s%s)", name, args.device_in_use,
                  warm.device, f", GPU clock: {args.gpufreq_in_use}"
@@ -284,7 +288,10 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
         if warm.runtime == "warm":
             from client.wake import WAKE_ENV, make_fifo
 
-            fifo = make_fifo(work / "wake.fifo")  # the SuperNode wakes the executor
+            from fedcure_app.flower.fastpath.gate import fast_path_on
+
+            # the SuperNode wakes the executor (only a patched one: else the executor polls)
+            fifo = make_fifo(work / "wake.fifo") if fast_path_on() else None
             if fifo is not None:
                 env[WAKE_ENV] = str(fifo)
             # its trainer loads torch, the model and the data, and the SuperNode imports
@@ -459,6 +466,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{PROG}: error: {err}", file=sys.stderr)
             return 2 if isinstance(err, UsageError) else 1
     stop = role_start(args.quiet, log)
+    from fedcure_app.flower.fastpath.gate import warn_if_off
+
+    warn_if_off(PROG)  # one line on stderr when Flower runs unchanged (no fast path)
     from fedcure_app.config import ConfigError
     from fedcure_app.protocol.channel import ChannelConfigError
     from fedcure_app.runtime.workdir import drop_work_dir

@@ -10,7 +10,6 @@ worker threads.
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
@@ -71,20 +70,16 @@ class Registry:
                                model_signature(build_model(self.cfg.task))]
         return self._signature
 
-    def check_signature(self, who: str, text: str) -> None:
-        """Refuse a client of a task whose model differs from the cloud's (``text``: its
-        JSON signature), naming the first difference."""
+    def check_signature(self, who: str, theirs: list[list[Any]] | None) -> None:
+        """Refuse a client of a task whose model differs from the cloud's (``theirs``: its
+        signature as :func:`cloud_server.validation.parse_signature` read it), naming the
+        first difference."""
         mine = self.signature()
         if mine is None:
             return
-        try:
-            theirs = json.loads(text) if text else None
-            if not isinstance(theirs, list):
-                raise ValueError("not a list")
-            theirs = [[str(k), [int(d) for d in shape]] for k, shape in theirs]
-        except (ValueError, TypeError) as err:
-            raise door.Refused(f"no readable model signature ({err}); this cloud runs a task "
-                               "and checks every client's model") from None
+        if theirs is None:
+            raise door.Refused("no model signature; this cloud runs a task and checks every "
+                               "client's model")
         for i, (a, b) in enumerate(zip(mine, theirs)):
             if a != b:
                 raise door.Refused(f"its model differs from the cloud's ({self.cfg.task.model}):"
@@ -175,11 +170,14 @@ class Registry:
                 profile = door.measured_profile(profile, self.dataset, rate)
             door.check_profile(profile, self.dataset)
             door.check_key_text(req.supernode_public_key)
+            signature = door.parse_signature(req.model_signature)
             door.check_epsilon(req.histogram_epsilon)
-        except (door.Refused, CodecError) as err:
-            raise Refusal(Reason.INVALID_ARGUMENT, f"{who}: {err}") from None
+        except (door.Refused, CodecError, ValueError, TypeError, OverflowError,
+                RecursionError) as err:  # whatever parsing raises: one line, never UNKNOWN
+            raise Refusal(Reason.INVALID_ARGUMENT,
+                          f"{who}: {' '.join(str(err).split())[:300]}") from None
         try:
-            self.check_signature(who, req.model_signature)
+            self.check_signature(who, signature)
         except door.Refused as err:
             # it cannot train with the others: formation no longer waits for it
             self.forget(name, f"refused at registration: {err}")

@@ -44,6 +44,7 @@ from fedcure_app.cli.launch_report import (
     add_warnings,
     coalition_table,
     demonstrated_table,
+    print_flower,
     report_failure,
     summary_table,
 )
@@ -206,6 +207,9 @@ def check_inputs(args: argparse.Namespace, cfg: FedCureConfig) -> None:
     if cfg.task is None:
         check_dataset(cfg.data.dataset, cfg.data.data_dir)
     check_out_dir(args.out)
+    from fedcure_app.cli.own_data import init_arrays
+
+    init_arrays(cfg, args)  # a model that does not fit the task, refused before any start
 
 
 def dashboard_address(address: str) -> str:
@@ -326,6 +330,7 @@ def start_roles(cfg: FedCureConfig, args: argparse.Namespace, out: Path, roles: 
                 site: Site | None = None) -> dict[str, Any]:
     """Start cloud, edges (each serving its SuperLink) and clients, in that order, where ``site``
     says (default: all on 127.0.0.1); return the launch record."""
+    from fedcure_app.data.names import client_name
     from fedcure_app.data.own import client_entries
     from fedcure_app.runtime.processes import Child, free_port, free_ports
 
@@ -351,6 +356,9 @@ def start_roles(cfg: FedCureConfig, args: argparse.Namespace, out: Path, roles: 
             "--edges", str(m), "--rounds", str(cfg.run.global_rounds), "--config",
             str(config_file), "--out", str(out), "--register-timeout",
             str(args.register_timeout), *token, *_security_flags(tls_dir, "cloud")]
+    for flag in ("test_data", "init_model"):  # the cloud evaluates on it / starts from it
+        if getattr(args, flag, None) is not None:
+            argv += [f"--{flag.replace('_', '-')}", str(Path(getattr(args, flag)).resolve())]
     cloud_env = env
     if not getattr(args, "no_dashboard", True):
         dash, shown = site.dashboard(args.dashboard, logs)
@@ -380,16 +388,18 @@ def start_roles(cfg: FedCureConfig, args: argparse.Namespace, out: Path, roles: 
     own = client_entries(cfg.data.clients_data) if cfg.task is not None else None
     for i in range(n):
         data = ["--data", str(own[i].resolve())] if own else ["--num-partitions", str(n)]
-        argv = [py, "-m", "client.cli", "--cloud", cloud_addr, "--name", f"client-{i}",
+        name = client_name(own[i]) if own else f"client-{i}"  # own data: its entry's name
+        argv = [py, "-m", "client.cli", "--cloud", cloud_addr, "--name", name,
                 "--partition-id", str(i), *data, "--cpufreq", args.cpufreq,
                 *(["--device", args.device] if getattr(args, "device", "cpu") != "cpu" else []),
                 "--work-dir", str(work / f"client{i}"), *token,
                 *_security_flags(tls_dir, "client"), *auth, *site.client_args(i)]
         child = Child(f"client{i}", site.wrap(f"client{i}", argv),
                       log_path=logs / f"client{i}.log", env=env)
+        child.client_name = name  # what its refusal line calls it (report_refused)
         roles.clients.append(child)
         record["pids"][f"client{i}"] = child.pid
-        record["clients"][i] = {"name": f"client-{i}", "partition": i,
+        record["clients"][i] = {"name": name, "partition": i,
                                 "data": data[1] if own else None,
                                 "work_dir": str(work / f"client{i}"),
                                 "log": str(logs / f"client{i}.log")}
@@ -434,6 +444,7 @@ def _run(args: argparse.Namespace, site: Site, cfg: FedCureConfig,
     status = None
     code, reason = 1, "failed to start"
     started = time.monotonic()
+    print_flower(console)
     try:
         try:
             cfg = site.setup(cfg, out)

@@ -80,12 +80,14 @@ class StatusPoller:
 
 def report_refused(child: Any, reported: set[str]) -> None:
     """Log once, in one line, why a client exited with code 2 (its data, model or flags were
-    refused: the last line of its log); the run goes on with the others."""
+    refused: the last line of its log), by the client's name (its ``client_name``, else the
+    process's); the run goes on with the others."""
     if child.poll() != 2 or child.name in reported:
         return
     reported.add(child.name)
     last = (child.tail(1) or "no reason logged").strip()
-    log.warning("%s refused: %s", child.name, last.removeprefix("fedcure-client: error: "))
+    log.warning("%s refused: %s", getattr(child, "client_name", child.name),
+                last.removeprefix("fedcure-client: error: "))
 
 
 def last_error(child: Any) -> str:

@@ -142,7 +142,7 @@ def run_simulation_role(
         cfg.method.tau_e, cfg.method.tau_c, cfg.method.formation, cfg.method.scheduler, out)
     federation = build_federation(cfg)
     executor = FlowerExecutor(
-        grid, fed.num_clients,
+        grid, federation.cfg.federation.num_clients,  # less the clients refused
         poll_s=opts.poll_interval_s, timeout_s=opts.edge_timeout_s,
         discovery_timeout_s=opts.discovery_timeout_s,
         discovery_stall_s=10.0,  # virtual SuperNodes register all at once
@@ -151,8 +151,9 @@ def run_simulation_role(
     )
     t0 = time.perf_counter()
     total = cfg.run.global_rounds
+    engine = SimulationEngine(federation, executor)
     try:
-        result = SimulationEngine(federation, executor).run(
+        result = engine.run(
             on_round=lambda row: log(INFO, "%s", _progress_line(row, total, t0))
         )
     finally:
@@ -175,6 +176,10 @@ def run_simulation_role(
     if st.dropped:
         log(WARNING, "[fedcure] clients dropped from edge rounds: %s", st.dropped)
     out.mkdir(parents=True, exist_ok=True)
+    from fedcure_app.trained.files import model_info, run_task, write_model_files
+
+    write_model_files(out, engine.strategy.global_arrays, run_task(cfg),
+                      model_info("flwr run", result))
     (out / "result.json").write_text(json.dumps(result, indent=1))
     write_run_plots(result, out, title=f"{result['dataset']} · {cfg.method.formation}/"
                     f"{cfg.method.scheduler} · flower")

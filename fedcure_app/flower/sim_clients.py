@@ -81,14 +81,16 @@ def client_state(cfg: FedCureConfig) -> ClientState:
     with _lock:
         state = _states.get(key)
         if state is None:
-            from fedcure_app.data.own_federation import load_federation_data
+            from fedcure_app.data.own_federation import fitted_config, load_federation_data
             from fedcure_app.federation import partition_for, profiles_for
 
             dataset = load_federation_data(cfg)
+            fingerprint = client_fingerprint(cfg)  # as the ServerApp computes it
+            cfg = fitted_config(cfg, dataset)  # the clients left when some were refused
             part = partition_for(cfg, dataset)
             state = ClientState(
                 cfg=cfg,
-                fingerprint=client_fingerprint(cfg),
+                fingerprint=fingerprint,
                 dataset=dataset,
                 client_indices=[np.asarray(ix) for ix in part.client_indices],
                 profiles=profiles_for(cfg),
