@@ -69,6 +69,11 @@ def base_arrays(task: TaskState, strategy: Any) -> list[np.ndarray]:
     return decode_arrays(blob)
 
 
+class ScreenedOut(Refusal):
+    """An edge model the norm screen refused: its task ends unaggregated
+    (:meth:`Arrivals.refuse`), so the coalition takes the next task."""
+
+
 class Arrivals:
     """Submit checks, aggregation with rollback, and failover of one formed federation.
 
@@ -170,7 +175,7 @@ class Arrivals:
         dist = distance(arrays, base_arrays(task, strategy))
         refused = self.screen.check(dist)
         if refused is not None:
-            raise Refusal(Reason.INVALID_ARGUMENT, f"task {task.task_id}: {refused}")
+            raise ScreenedOut(Reason.INVALID_ARGUMENT, f"task {task.task_id}: {refused}")
         observed = observed_latency(latency, startup_s)
         update = EdgeUpdate(coalition=m, base_version=d.version, arrays=arrays,
                             num_samples=num_samples, latency_s=observed)
@@ -243,6 +248,22 @@ class Arrivals:
         self.durability.save(self.fed, required=False)
         return new
 
+    def refuse(self, m: int, task: TaskState, why: str) -> list[TaskState]:
+        """Coalition m's edge model was refused: its task ends unaggregated (an answer to it
+        counts as late), the coalition stays schedulable and the free slot is refilled (queues
+        unchanged); returns the new tasks (holding the lock). One ``refused`` fault."""
+        s = self.fed.strategy
+        fault = self.log.fault("refused", m, f"task {task.task_id} of coalition {m} ended "
+                               f"unaggregated: {why}", s.round)
+        if s.in_flight.get(m) is task.dispatch:
+            del s.in_flight[m]
+        task.expired = why
+        new = [self.tasks.make(d, s) for d in s.refill()]
+        if new:
+            fault["detail"] += f"; dispatched {[t.dispatch.coalition for t in new]}"
+        self.durability.save(self.fed, required=False)
+        return new
+
     def take_back(self, m: int, why: str) -> list[TaskState]:
         """Let coalition m be scheduled again and fill free slots; returns the new tasks
         (holding the lock). The fault first, then the state change (see :meth:`lose`)."""
@@ -254,4 +275,4 @@ class Arrivals:
         return new
 
 
-__all__ = ["MIN_OBSERVED_SHARE", "Arrivals", "observed_latency"]
+__all__ = ["MIN_OBSERVED_SHARE", "Arrivals", "ScreenedOut", "observed_latency"]

@@ -38,8 +38,9 @@ from cloud_server.views import RunViews
 
 log = logging.getLogger("fedcure.cloud")
 
-#: ``evaluator(arrays) -> (accuracy, loss)`` on a held-out set.
-Evaluator = Callable[[list[np.ndarray]], tuple[float, float]]
+#: ``evaluator(arrays) -> (accuracy, loss)`` on a held-out set, or ``(accuracy, loss,
+#: class_accuracy)`` with the accuracy per class in label order (None: a class without samples)
+Evaluator = Callable[[list[np.ndarray]], tuple]
 
 
 class FormedRun:
@@ -126,19 +127,24 @@ class FormedRun:
         return self.evaluator is not None and (
             arrival.record["round"] % self.cfg.run.eval_every == 0 or arrival.finished)
 
-    def record_evaluation(self, record: dict[str, Any], accuracy: float, loss: float) -> None:
+    def record_evaluation(self, record: dict[str, Any], accuracy: float, loss: float,
+                          class_accuracy: list[float | None] | None = None) -> None:
         """Keep an evaluation of the global model in its round's ``record`` and publish it."""
         with self.lock:
             record["accuracy"], record["loss"] = accuracy, loss
+            if class_accuracy is not None:
+                record["class_accuracy"] = class_accuracy
             self.views.publish(self.federation)
 
-    def evaluate(self) -> tuple[float, float]:
-        """Accuracy and loss of a copy of the global model (worker thread)."""
+    def evaluate(self) -> tuple[float, float, list[float | None] | None]:
+        """Accuracy, loss and (when the evaluator gives it) the per-class accuracy of a copy of
+        the global model (worker thread)."""
         assert self.evaluator is not None
         with self.lock:
             arrays = [np.array(a, copy=True) for a in self.strategy.global_arrays]
-        acc, loss = self.evaluator(arrays)
-        return float(acc), float(loss)
+        got = self.evaluator(arrays)
+        per_class = list(got[2]) if len(got) > 2 and got[2] is not None else None
+        return float(got[0]), float(got[1]), per_class
 
     def evaluation_tasks(self, round_: int) -> list[TaskState]:
         """Federated evaluation of the current global model: one evaluation task per edge
@@ -168,6 +174,14 @@ class FormedRun:
             new = self.arrivals.lose(m, task, why)
             if task is not None:
                 self.tally.expired()
+            self.views.publish(self.federation)
+            return new
+
+    def refuse(self, m: int, task: TaskState, why: str) -> list[TaskState]:
+        """Coalition m's edge model was refused: its task ends, the slot is refilled; returns
+        the new tasks (worker thread)."""
+        with self.lock:
+            new = self.arrivals.refuse(m, task, why)
             self.views.publish(self.federation)
             return new
 
@@ -209,7 +223,8 @@ class FormedRun:
             blob = None if self.results.out_dir is None else encode_arrays(
                 fed.strategy.global_arrays, {"version": str(fed.strategy.version),
                                              "rounds": str(len(self.log.records))})
-        self.results.write(result, blob)
+            arrays = [np.array(a, copy=True) for a in fed.strategy.global_arrays]
+        self.results.write(result, blob, arrays)
         return result
 
 

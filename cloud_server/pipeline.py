@@ -20,6 +20,7 @@ from typing import Any
 from fedcure_app.protocol import cloud_pb2 as pb
 from fedcure_app.protocol.codec import report_from_proto
 from cloud_server import validation as door
+from cloud_server.arrivals import ScreenedOut
 from cloud_server.checkpoint import DiskFull
 from cloud_server.controller import CloudController
 from cloud_server.edge_streams import EdgeStreams
@@ -108,7 +109,28 @@ class ArrivalPipeline:
                     fut.exception()  # mark retrieved: a waiting duplicate re-raises it
                 else:
                     fut.cancel()
+            if isinstance(err, ScreenedOut) and not late:
+                await self._refused(m, task, err)
             raise
+
+    async def _refused(self, m: int, task: TaskState, err: Refusal) -> None:
+        """Coalition m's edge model was refused by the norm screen: its
+        task is over, nothing was aggregated, and the coalition may be scheduled again (its
+        edge takes the next task), so one bad update never stalls the coalition until the
+        deadline nor leaves it out of the run."""
+        c = self.controller
+        async with self._lock:
+            s = c.strategy
+            if (s is None or self.done or self.over or s.in_flight.get(m) is not task.dispatch
+                    or task.pending is not None or task.reply is not None):
+                return
+            new = await asyncio.to_thread(c.formed.refuse, m, task,
+                                          f"its edge model was refused ({err})")
+            self.edges.drop(m, task)
+            log.warning("task %s of coalition %d refused; its edge takes the next task%s",
+                        task.task_id, m, f"; dispatched {[t.dispatch.coalition for t in new]}"
+                        if new else "")
+            await self.edges.publish(new)
 
     async def _aggregate(self, task: TaskState, req: pb.SubmitRequest, model: Any,
                          received: float, late: bool) -> pb.SubmitReply:
@@ -154,8 +176,8 @@ class ArrivalPipeline:
                       time.monotonic() - t_pub)
             rec = arrival.record
             if c.formed.should_evaluate(arrival):
-                acc, loss = await asyncio.to_thread(c.formed.evaluate)
-                c.formed.record_evaluation(rec, acc, loss)
+                acc, loss, per_class = await asyncio.to_thread(c.formed.evaluate)
+                c.formed.record_evaluation(rec, acc, loss, per_class)
             elif self.evaluations is not None and self.evaluations.due(rec["round"],
                                                                        arrival.finished):
                 await self.evaluations.start(rec)  # its answers land on rec as they come

@@ -27,8 +27,10 @@ cut while stopping) is reconnected to for ``reconnect_timeout_s``; the cloud res
 unanswered task. A finished task's Submit is asked again for as long (a late answer is still
 aggregated, within the late-answer bound). A cloud that finished ends the stream and then stops,
 and an edge may see a call fail before it sees the stream's end: a failure is taken for the
-end of training when the end follows within :data:`END_GRACE_S`. Any other refusal raises
-:class:`EdgeRoleError` with one line.
+end of training when the end follows within :data:`END_GRACE_S`. A Submit the cloud refuses
+(INVALID_ARGUMENT: the coalition's model failed its norm screen; FAILED_PRECONDITION,
+NOT_FOUND: the task is no longer expected) is logged and the edge takes the next task. Any
+other refusal raises :class:`EdgeRoleError` with one line.
 """
 
 from __future__ import annotations
@@ -311,7 +313,10 @@ class EdgeServer:
                 return self.link.submit(wire, timeout=SUBMIT_TIMEOUT_S)
             except grpc.RpcError as err:
                 code = err.code()
-                if code in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND):
+                if code in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND,
+                            grpc.StatusCode.INVALID_ARGUMENT):
+                    # INVALID_ARGUMENT: the coalition's model was refused (the cloud's norm
+                    # screen): this task is lost, the edge takes the next one
                     log.warning("edge %d: the cloud did not take task %s (%s: %s)", s.edge_id,
                                 printable(result.task_id), code.name, printable(err.details()))
                     return None

@@ -142,9 +142,18 @@ def test_a_refusal_is_final_and_not_asked_again(edge):
     edge.link = _Link([grpc.StatusCode.FAILED_PRECONDITION])
     assert edge._submit(_result(), 1.0) is None
     assert edge.link.calls == 1
-    edge.link = _Link([grpc.StatusCode.INVALID_ARGUMENT])
+    edge.link = _Link([grpc.StatusCode.INTERNAL])
     with pytest.raises(grpc.RpcError):
         edge._submit(_result(), 1.0)
+
+
+def test_a_coalition_model_the_cloud_refuses_is_logged_and_the_edge_takes_the_next_task(
+        edge, caplog):
+    edge.link = _Link([grpc.StatusCode.INVALID_ARGUMENT])  # the cloud's norm screen said no
+    assert edge._submit(_result(), 1.0) is None
+    assert edge.link.calls == 1
+    assert any("did not take task r3-c0-v3 (INVALID_ARGUMENT" in r.getMessage()
+               for r in caplog.records)
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "inf"])
