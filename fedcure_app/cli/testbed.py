@@ -41,6 +41,7 @@ from typing import Any
 
 from fedcure_app.cli.errors import UsageError, config_defaults_help
 from fedcure_app.cli.launch import _OPTIONS, DEFAULT_DASHBOARD, Site, add_run_options
+from fedcure_app.cli.testbed_peer import add_peer_options, check_peer_options
 from fedcure_app.config import FedCureConfig
 
 log = logging.getLogger(__name__)
@@ -124,6 +125,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="secret the live view asks of every request (default "
                         "$FEDCURE_DASHBOARD_TOKEN)")
     p.add_argument("--no-dashboard", action="store_true", help="no live view")
+    add_peer_options(p)
     for action in p._actions:  # the testbed's own defaults, not the configuration's
         if action.dest in TESTBED_DEFAULTS:
             value = TESTBED_DEFAULTS[action.dest][2]
@@ -467,6 +469,7 @@ def run(args: argparse.Namespace) -> int:
     from fedcure_app.testbed import netns
 
     check_testbed_inputs(args)
+    check_peer_options(args)
     apply_testbed_defaults(args)
     launch.check_inputs(args, launch.config_from_args(args))  # the user's mistakes first
     problem = netns.kernel_problem(f"{args.prefix}{os.getpid()}")
@@ -478,6 +481,10 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         print(f"fedcure testbed: error: {problem}", file=sys.stderr)
         return 2
+    if args.peer:
+        from fedcure_app.cli import testbed_peer
+
+        return testbed_peer.run(args, NamespaceSite)
     return launch.run(args, NamespaceSite(args))
 
 
