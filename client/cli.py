@@ -433,8 +433,11 @@ def check_own_data_flags(args: argparse.Namespace) -> None:
     if args.holdout is not None and not 0.0 <= args.holdout < 1.0:
         raise UsageError(f"--holdout {args.holdout}: must be in [0, 1)")
     eps = args.histogram_epsilon
-    if eps is not None and not (eps >= 0 and eps < float("inf")):
-        raise UsageError("--histogram-epsilon must be a finite number >= 0 (0: exact counts)")
+    from fedcure_app.config import MIN_HISTOGRAM_EPSILON
+
+    if eps is not None and not (eps == 0 or MIN_HISTOGRAM_EPSILON <= eps < float("inf")):
+        raise UsageError(f"--histogram-epsilon must be 0 (exact counts) or a finite number >= "
+                         f"{MIN_HISTOGRAM_EPSILON:g}")
     if args.histogram_min_count is not None and args.histogram_min_count < 0:
         raise UsageError("--histogram-min-count must be >= 0")
 

@@ -74,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "(all of it is test data): evaluate the global model here instead")
     own.add_argument("--label-column", default="label",
                      help="with --task: the label column of CSV data (default label)")
+    p.add_argument("--init-model", metavar="FILE",
+                   help="start from this model instead of a fresh one: a model.pt, model.pt2 "
+                        "or .safetensors of the same task (checked against the task's model)")
     p.add_argument("--no-eval", action="store_true", help="never evaluate the global model")
     p.add_argument("--token", default=os.environ.get("FEDCURE_TOKEN", ""),
                    help="shared secret clients and edges must send (default $FEDCURE_TOKEN)")
@@ -130,6 +133,7 @@ def make_config(args: argparse.Namespace) -> tuple[Any, bool]:
 
     cfg = load_config(args.config) if args.config else FedCureConfig()
     named = args.dataset is not None or "dataset" in cfg.data.model_fields_set
+    holdout_set = "holdout" in cfg.data.model_fields_set
     flat: dict[str, Any] = {"num-edges": args.edges, "num-clients": args.expected_clients}
     if args.rounds is not None:
         flat["global-rounds"] = args.rounds
@@ -147,11 +151,17 @@ def make_config(args: argparse.Namespace) -> tuple[Any, bool]:
 
         if args.dataset is not None:
             raise ConfigError(f"--dataset {args.dataset}: not used with --task")
-        cfg = with_task(apply_flat(cfg, {"label-column": args.label_column}),
-                        load_task(args.task))
-    elif args.test_data is not None:
+        task = load_task(args.task)
+        from fedcure_app.models import check_task_model
+
+        check_task_model(task)  # a model that cannot be built is refused now, not at Register
+        cfg = with_task(apply_flat(cfg, {"label-column": args.label_column}), task)
+    if args.test_data is not None and cfg.task is None:
         raise ConfigError("--test-data: only with --task (a built-in dataset brings its own "
                           "test split)")
+    if args.test_data is not None and not holdout_set:
+        # a central test set: the clients (handed this configuration) train on all they hold
+        cfg = apply_flat(cfg, {"holdout": 0.0})
     cfg = apply_flat(cfg, flat)
     if args.formation is not None:
         cfg = apply_flat(cfg, {"formation": args.formation})
@@ -185,16 +195,30 @@ def make_evaluator(cfg: Any, test_data: str | None = None) -> tuple[Any, int]:
         y = torch.from_numpy(ds.y_test)
         classes = ds.num_classes
 
-    def evaluator(arrays: list[Any]) -> tuple[float, float]:
+    def evaluator(arrays: list[Any]) -> tuple[float, float, list[float | None]]:
         set_weights(model, arrays)
         res = evaluate(model, x, y)
-        return float(res.accuracy), float(res.loss)
+        per_class = [None if v != v else float(v) for v in res.class_accuracy]  # NaN: no sample
+        return float(res.accuracy), float(res.loss), per_class
 
     return evaluator, int(classes)
 
 
-async def _run(args: argparse.Namespace, cfg: Any, evaluator: Any, credentials: Any = None
-               ) -> int:
+def init_weights(args: argparse.Namespace, cfg: Any) -> Any:
+    """The weights of ``--init-model`` checked against the run's task (None without it)."""
+    if args.init_model is None:
+        return None
+    from fedcure_app.config import ConfigError
+    from fedcure_app.trained.files import ModelFileError, load_weights, run_task
+
+    try:
+        return load_weights(args.init_model, run_task(cfg))
+    except ModelFileError as err:
+        raise ConfigError(f"--init-model: {err}") from None
+
+
+async def _run(args: argparse.Namespace, cfg: Any, evaluator: Any, credentials: Any = None,
+               initial: Any = None) -> int:
     from cloud_server.identity import EdgeCredentials, load_edge_tokens
     from cloud_server.server import serve
     from cloud_server.service import CloudService
@@ -207,8 +231,11 @@ async def _run(args: argparse.Namespace, cfg: Any, evaluator: Any, credentials: 
         log.warning("%s", note)
     creds = EdgeCredentials(load_edge_tokens(args.edge_tokens) if args.edge_tokens else None,
                             require_certs=args.edge_certs)
+    if initial is not None:
+        log.info("starting from the model in %s", args.init_model)
     service = CloudService(
         cfg, expected_clients=args.expected_clients, out_dir=Path(args.out),
+        initial_arrays=initial,
         register_timeout_s=args.register_timeout, token=args.token, evaluator=evaluator,
         write_plots=not args.no_plots,
         checkpoint_dir=None if args.no_checkpoint else Path(args.out) / "checkpoint",
@@ -322,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
         from cloud_server.server import AddressInUse
 
         try:
-            return asyncio.run(_run(args, cfg, evaluator, credentials))
+            return asyncio.run(_run(args, cfg, evaluator, credentials, init_weights(args, cfg)))
         except (AddressInUse, DashboardBindError) as err:
             print(f"{PROG}: error: {err}", file=sys.stderr)
             return 2

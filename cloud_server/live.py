@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from fedcure_app.live.model import Counts, LiveState, Progress
+from fedcure_app.trained.names import run_classes
 from fedcure_app.live.server import LiveServer
 
 
@@ -26,6 +27,7 @@ def live_state(controller: Any, mode: str = "deployment") -> LiveState:
     return LiveState(
         source="cloud", clock="wall", mode=mode, phase=status.phase.name.lower(),
         evaluation="federated" if controller.federated_evaluation else "central",
+        classes=run_classes(controller.cfg),
         global_rounds=status.global_rounds, clients_registered=status.clients_registered,
         expected_clients=status.expected_clients, edges_connected=status.edges_connected,
         num_edges=status.num_edges, elapsed_s=controller.log.elapsed_s(), view=view,

@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 
 from fedcure_app.config import FedCureConfig
+from fedcure_app.trained.files import run_task
+from fedcure_app.trained.names import by_name, last_class_accuracy, run_classes
 from cloud_server.checkpoint import CheckpointStore
 from cloud_server.reach import max_shares
 from cloud_server.state import Federation, Roster, RunLog
@@ -81,6 +83,9 @@ class ResultsWriter:
             "initial_evaluation": run.initial_evaluation,
             "final_accuracy": accs[-1] if accs else None,
             "best_accuracy": max(accs) if accs else None,
+            # the last evaluation's per-class accuracy, keyed by class name
+            "class_accuracy_by_name": by_name(last_class_accuracy(records),
+                                              run_classes(cfg)),
             "rounds": len(records),
             "wall_seconds": records[-1]["time_s"] if records else 0.0,
             "energy_j": float(sum(r["energy_j"] for r in records)),
@@ -128,13 +133,25 @@ class ResultsWriter:
             "records": records,
         }
 
-    def write(self, result: dict[str, Any], final_model: bytes | None) -> None:
+    def write(self, result: dict[str, Any], final_model: bytes | None,
+              arrays: list[np.ndarray] | None = None) -> None:
         """``result`` as ``result.json``, ``final_model`` (safetensors bytes) as
-        ``final_model.safetensors``, and the plots, into ``out_dir`` (nothing without one)."""
+        ``final_model.safetensors``, the global model ``arrays`` as the run folder's model
+        files (``model.pt``, ``model.pt2``, ``task.toml``: :mod:`fedcure_app.trained.files`,
+        written before ``result.json``) and the plots, into ``out_dir`` (nothing without
+        one)."""
         if self.out_dir is None:
             return
         out = self.out_dir
         out.mkdir(parents=True, exist_ok=True)
+        if arrays is not None:
+            from fedcure_app.trained.files import model_info, write_model_files
+
+            try:
+                write_model_files(out, arrays, run_task(self.cfg),
+                                  model_info("fedcure-cloud", result))
+            except Exception:  # noqa: BLE001 - the result is still written
+                log.exception("writing the model files failed")
         tmp = out / "result.json.tmp"
         tmp.write_text(json.dumps(result, indent=1))
         tmp.replace(out / "result.json")

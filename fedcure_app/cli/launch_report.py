@@ -1,4 +1,4 @@
-"""``fedcure launch``'s report: the summary and per-coalition tables, the warnings it logged
+"""``fedcure launch``'s report: the Flower line (version, fast path on or off), the summary and per-coalition tables, the warnings it logged
 added to ``result.json``, and the one-line failure."""
 
 from __future__ import annotations
@@ -20,6 +20,10 @@ def summary_table(result: dict[str, Any], command: str = "launch",
     where = " (federated)" if result.get("evaluation") == "federated" else ""
     t.add_row("final accuracy", "-" if acc is None else f"{100 * acc:.2f} %{where}")
     t.add_row("best accuracy", "-" if best is None else f"{100 * best:.2f} %")
+    from fedcure_app.trained.names import class_rows
+
+    for label, value in class_rows(result):
+        t.add_row(label, value)
     t.add_row("coalitions", str(result.get("coalitions")))
     if result.get("initial_jsd") is not None:
         moves = (result.get("formation") or {}).get("moves")
@@ -89,6 +93,18 @@ class WarningLines(logging.Handler):
             self.lines.append(" ".join(record.getMessage().split()))
         except Exception:  # noqa: BLE001 - a bad format string must not end the run
             pass
+
+
+def print_flower(console: Any) -> None:
+    """One line: the Flower version and whether the fast path is on; a warning (with how to
+    get the fast path) when it is off."""
+    from rich.markup import escape
+
+    from fedcure_app.flower.fastpath.gate import fast_path_on, summary
+
+    line = escape(summary())
+    console.print(line if fast_path_on() else f"[yellow]warning: {line}[/yellow]",
+                  soft_wrap=True, highlight=False)
 
 
 def add_warnings(result_path: Path, lines: list[str], command: str) -> dict[str, Any]:

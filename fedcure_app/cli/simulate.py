@@ -197,19 +197,6 @@ def _test_dataset(cfg: FedCureConfig, args: argparse.Namespace) -> Any:
                             test_data=args.test_data)
 
 
-def class_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
-    """The end-of-run table's rows naming the weakest and strongest classes (none without a
-    per-class evaluation)."""
-    from fedcure_app.trained.names import class_line, extremes
-
-    by = result.get("class_accuracy_by_name")
-    if not by:
-        return []
-    weak, strong = extremes(by)
-    rows = [("weakest classes", class_line(weak))]
-    return rows + ([("strongest classes", class_line(strong))] if strong else [])
-
-
 def _summary_table(result: dict[str, Any]):
     from rich.table import Table
 
@@ -221,6 +208,8 @@ def _summary_table(result: dict[str, Any]):
     where = " (federated)" if result.get("evaluation") == "federated" else ""
     t.add_row("final accuracy", f"{100 * acc:.2f} %{where}" if acc is not None else "-")
     t.add_row("best accuracy", f"{100 * best:.2f} %" if best is not None else "-")
+    from fedcure_app.trained.names import class_rows
+
     for label, value in class_rows(result):
         t.add_row(label, value)
     t.add_row("JSD initial → formed", f"{result['initial_jsd']:.4f} → {result['formed_jsd']:.4f}")
@@ -247,9 +236,12 @@ def run(args: argparse.Namespace) -> int:
 
     threads = apply_thread_policy(args.threads, where="fedcure simulate", export=True)
     device = checked_device(args.device)
+    from fedcure_app.cli.own_data import init_arrays
+
+    initial, dataset = init_arrays(cfg, args), _test_dataset(cfg, args)
     live = _start_dashboard(cfg, args)
     try:
-        return _simulate(cfg, args, threads, device, live)
+        return _simulate(cfg, args, threads, device, live, initial, dataset)
     finally:
         if live is not None:
             live[1].stop()
@@ -282,7 +274,9 @@ def _start_dashboard(cfg: FedCureConfig, args: argparse.Namespace):
 
 
 def _simulate(cfg: FedCureConfig, args: argparse.Namespace, threads: int, device: Any,
-              live: Any) -> int:
+              live: Any, initial: list | None = None, dataset: Any = None) -> int:
+    """The run; ``initial``: the weights of ``--init-model``; ``dataset``: the clients' data
+    with ``--test-data`` (None: the engine loads the run's data)."""
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
     from fedcure_app.simulation.executors import resolve_workers
@@ -299,10 +293,6 @@ def _simulate(cfg: FedCureConfig, args: argparse.Namespace, threads: int, device
     elif cfg.run.executor != "flower":
         console.print(f"[dim]{workers} worker process{'es' if workers > 1 else ''} × "
                       f"{threads} torch thread{'s' if threads > 1 else ''}[/]")
-    from fedcure_app.cli.own_data import init_arrays
-
-    initial = init_arrays(cfg, args)
-    dataset = _test_dataset(cfg, args)
     final: list = []
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)  # every input checked above: nothing made before

@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from fedcure_app.trained.names import by_name
+
 #: what ``phase`` may be
 PHASES = ("registering", "training", "done")
 #: what ``mode`` may be: the simulator, a deployment (``fedcure-cloud``, ``fedcure launch``),
@@ -68,6 +70,9 @@ class RoundPoint:
     dropped: int = 0
     evaluation_clients: int | None = None
     evaluation_samples: int | None = None
+    #: the evaluation's accuracy per class in label order (None: not evaluated; a class
+    #: without samples None); not in the compact rows
+    class_accuracy: tuple[float | None, ...] | None = None
 
     @classmethod
     def of(cls, row: Mapping[str, Any]) -> "RoundPoint":
@@ -80,7 +85,9 @@ class RoundPoint:
                    accuracy=_num(row.get("accuracy")), late=bool(row.get("late", False)),
                    dropped=len(row.get("dropped") or ()),
                    evaluation_clients=_count(row.get("evaluation_clients")),
-                   evaluation_samples=_count(row.get("evaluation_samples")))
+                   evaluation_samples=_count(row.get("evaluation_samples")),
+                   class_accuracy=None if not row.get("class_accuracy") else tuple(
+                       _num(v) for v in row["class_accuracy"]))
 
     def to_json(self) -> list[Any]:
         """Compact row: see :data:`ROUND_FIELDS`."""
@@ -223,6 +230,8 @@ class LiveState:
     progress: tuple[Progress, ...] = ()
     counts: Counts = field(default_factory=Counts)
     evaluation: str = "central"
+    #: the run's class names in label order (the per-class accuracy by name; empty: unknown)
+    classes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.evaluation not in ("central", "federated"):
@@ -304,6 +313,8 @@ class LiveState:
             "evaluation": self.evaluation,
             "evaluation_clients": last.evaluation_clients if last else None,
             "evaluation_samples": last.evaluation_samples if last else None,
+            # the last evaluation's accuracy per class, by name
+            "class_accuracy": by_name(last.class_accuracy, self.classes) if last else None,
             "coalitions": self.coalition_rows(), "clients": self.client_rows(),
             "counts": {"accepted": c.accepted, "late": c.late, "dropped": c.dropped,
                        "expired": c.expired, "refused": dict(c.refused)},

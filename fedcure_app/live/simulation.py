@@ -15,6 +15,7 @@ from typing import Any
 
 from fedcure_app.config import FedCureConfig
 from fedcure_app.live.model import Counts, LiveState, StrategyView
+from fedcure_app.trained.names import run_classes
 
 
 class SimulationFeed:
@@ -31,7 +32,8 @@ class SimulationFeed:
             expected_clients=cfg.federation.num_clients, edges_connected=0,
             num_edges=cfg.federation.num_edges, view=StrategyView(tau_e=cfg.method.tau_e),
             # own data: the test split is the union of the clients' held-out parts
-            evaluation="federated" if cfg.task is not None else "central")
+            evaluation="federated" if cfg.task is not None else "central",
+            classes=run_classes(cfg))
 
     def __call__(self) -> LiveState:
         return self._state

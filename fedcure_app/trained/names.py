@@ -8,6 +8,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 
+def run_classes(cfg: Any) -> tuple[str, ...]:
+    """The class names of a run in label order: its task's, or its built-in dataset's."""
+    if cfg.task is not None:
+        return tuple(cfg.task.classes)
+    from fedcure_app.data.specs import SPECS
+
+    return tuple(SPECS[cfg.data.dataset].class_names)
+
+
 def by_name(values: Sequence[float | None] | None,
             classes: Sequence[str]) -> dict[str, float | None] | None:
     """``values[k]`` keyed by ``classes[k]`` (a NaN, a class without samples, becomes None);
@@ -45,6 +54,17 @@ def class_line(pairs: Sequence[tuple[str, float]]) -> str:
     return ", ".join(f"{name} {100 * v:.1f} %" for name, v in pairs) or "-"
 
 
+def class_rows(result: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The end-of-run table's rows naming the weakest and strongest classes of a result
+    (``class_accuracy_by_name``; none without a per-class evaluation)."""
+    by = result.get("class_accuracy_by_name")
+    if not by:
+        return []
+    weak, strong = extremes(by)
+    rows = [("weakest classes", class_line(weak))]
+    return rows + ([("strongest classes", class_line(strong))] if strong else [])
+
+
 def counts_text(counts: Sequence[int], classes: Sequence[str] | None) -> str:
     """Label counts by class name, ``{bag: 90, coat: 90}``, leaving out classes of 0 samples
     (all of them when every count is 0); by index (``[0, 90, …]``) without names."""
@@ -54,4 +74,5 @@ def counts_text(counts: Sequence[int], classes: Sequence[str] | None) -> str:
     return "{" + ", ".join(f"{c}: {int(n)}" for c, n in held) + "}"
 
 
-__all__ = ["by_name", "class_line", "counts_text", "extremes", "last_class_accuracy"]
+__all__ = ["by_name", "class_line", "class_rows", "counts_text", "extremes", "last_class_accuracy",
+           "run_classes"]

@@ -213,6 +213,19 @@
       ct.appendChild(tr);
     });
 
+    const at = $("class-accuracy").tBodies[0];
+    at.textContent = "";
+    Object.entries(s.class_accuracy || {}).forEach(([name, v]) => {
+      const tr = document.createElement("tr");
+      tr.dataset.cls = name;
+      cell(tr, name);
+      cell(tr, v === null ? "-" : (100 * v).toFixed(1) + " %", "num");
+      const a = document.createElement("span"); a.className = "bar";
+      a.style.width = (100 * (v || 0)).toFixed(1) + "%";
+      cell(tr, "", "bars").appendChild(a);
+      at.appendChild(tr);
+    });
+
     const kt = $("counts").tBodies[0];
     kt.textContent = "";
     const k = s.counts;
