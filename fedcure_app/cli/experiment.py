@@ -30,9 +30,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Run one of the paper's experiments (or all of them) on one or more "
         "datasets and write PNG figures, summary.json files and, for 'all', report.md.",
     )
-    p.add_argument("name", choices=[*NAMES, "all", *EXTRA_NAMES],
+    p.add_argument("name", choices=[*NAMES, "all", *EXTRA_NAMES, "peers"],
                    help="which experiment ('all': the paper's five and the report; "
-                   "'ablation': one knob at a time, run by name only)")
+                   "'ablation': one knob at a time, run by name only; 'peers': FedCure "
+                   "against FedAvg, HierFAVG, FedBuff and FedAT under one simulated time "
+                   "budget)")
     p.add_argument("--dataset", default="digits",
                    help="dataset(s), comma-separated, or 'all' (digits + the paper's four; "
                    "missing ones are skipped); default digits")
@@ -76,6 +78,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "literal, batch10, momentum, lr, ell, batch64, tau10, epoch (the others "
                    "are read from the cache or listed as not run yet)")
     p.add_argument("--no-progress", action="store_true", help="no live progress bars")
+    from fedcure_app.cli.experiment_peers import add_peer_options
+
+    add_peer_options(p)
     p.set_defaults(func=run)
 
 
@@ -116,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     configure_threads(args.threads)  # the thread policy (fedcure_app.runtime.threads), logged once
     workers = resolve_workers(args.workers)
     datasets = parse_datasets(args.dataset)
-    experiments = parse_experiments(args.name)
+    experiments = [] if args.name == "peers" else parse_experiments(args.name)
     out = Path(args.out)
     _check_inputs(args, datasets, out)
     out.mkdir(parents=True, exist_ok=True)  # every input checked: nothing made before
@@ -128,6 +133,13 @@ def run(args: argparse.Namespace) -> int:
         TextColumn("{task.fields[acc]}"), TimeElapsedColumn(), TimeRemainingColumn(),
         console=console, disable=args.no_progress,
     ) as progress:
+        if args.name == "peers":
+            from fedcure_app.cli.experiment_peers import run_peers
+
+            for s in run_peers(args, workers, device, progress):
+                progress.console.print(f"[bold]{s.dataset} · {s.title}[/]")
+                progress.console.print(s.markdown)
+            return 0
         for name in datasets:
             o = run_dataset(name, experiments, data_dir=args.data_dir, budget=args.budget,
                             seeds=args.seeds, out=out, progress=progress, fresh=args.fresh,

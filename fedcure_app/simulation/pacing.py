@@ -1,0 +1,49 @@
+"""When a simulated run evaluates and stops, and how much a client trains per edge round:
+shared by FedCure's engine and the peers' (``peer_engine``), so that both are measured alike."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from fedcure_app.config import FedCureConfig
+
+
+class EvalSchedule:
+    """When the global model is evaluated: every ``run.eval-every`` rounds, or with
+    ``run.eval-every-s`` at the first round at or past each multiple of that many simulated
+    seconds (the same cadence in time whatever a round lasts, for comparing methods)."""
+
+    def __init__(self, cfg: FedCureConfig) -> None:
+        self.rounds = cfg.run.eval_every
+        self.every_s = cfg.run.eval_every_s
+        self.next_s = self.every_s
+
+    def due(self, round_: int, now_s: float) -> bool:
+        """Whether round ``round_``, ending at ``now_s``, is evaluated (the last one is anyway)."""
+        if self.every_s is None or self.next_s is None:
+            return round_ % self.rounds == 0
+        if now_s < self.next_s:
+            return False
+        self.next_s = (math.floor(now_s / self.every_s) + 1) * self.every_s
+        return True
+
+
+def local_steps(cfg: FedCureConfig, client_samples: np.ndarray) -> np.ndarray:
+    """Mini-batch steps each client takes in one edge round: τ_c, or τ_c·⌈|D_n|/B⌉ when τ_c
+    counts epochs."""
+    n = np.asarray(client_samples, dtype=np.int64)
+    m = cfg.method
+    if m.tau_c_unit == "epochs":
+        return m.tau_c * -(-n // m.batch_size)
+    return np.full(n.shape, m.tau_c, dtype=np.int64)
+
+
+def past_budget(cfg: FedCureConfig, now_s: float) -> bool:
+    """Whether simulated time ``now_s`` has reached ``run.time-budget-s`` (never without one)."""
+    budget = cfg.run.time_budget_s
+    return budget is not None and now_s >= budget
+
+
+__all__ = ["EvalSchedule", "local_steps", "past_budget"]
