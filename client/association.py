@@ -163,7 +163,8 @@ def register(stub: Any, args: argparse.Namespace, name: str, data: Any, home: in
                              num_samples=int(getattr(data, "samples", 0)
                                              or sum(int(c) for c in data.label_counts)),
                              model_signature=getattr(data, "model_signature", ""),
-                             histogram_epsilon=float(getattr(data, "histogram_epsilon", 0.0)))
+                             histogram_epsilon=float(getattr(data, "histogram_epsilon", 0.0)),
+                             histogram_min_count=int(getattr(data, "histogram_min_count", 0)))
     end = time.monotonic() + args.register_timeout
     while not stop.is_set():
         left = end - time.monotonic()

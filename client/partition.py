@@ -44,6 +44,8 @@ class Partition:
     #: own data: the model's signature (JSON) and the ε of the noise on ``label_counts``
     model_signature: str = ""
     histogram_epsilon: float = 0.0
+    #: classes with fewer samples than this are reported as 0 in ``label_counts``
+    histogram_min_count: int = 0
 
 
 def run_data_child(cfg: Any, module: str, args: list[str], out: Path, timeout_s: float,
@@ -74,7 +76,8 @@ def run_data_child(cfg: Any, module: str, args: list[str], out: Path, timeout_s:
                      home=int(reply["home"]), profile=parse_profile(reply["profile"]),
                      model_signature=json.dumps(reply["model_signature"])
                      if "model_signature" in reply else "",
-                     histogram_epsilon=float(reply.get("histogram_epsilon", 0.0)))
+                     histogram_epsilon=float(reply.get("histogram_epsilon", 0.0)),
+                     histogram_min_count=int(reply.get("histogram_min_count", 0)))
 
 
 def cut_partition(cfg: Any, index: int, name: str, out: Path, timeout_s: float = 1800.0,

@@ -172,6 +172,8 @@ class Registry:
             door.check_key_text(req.supernode_public_key)
             signature = door.parse_signature(req.model_signature)
             door.check_epsilon(req.histogram_epsilon)
+            door.check_sample_count(req.num_samples, req.label_counts, req.histogram_epsilon,
+                                    req.histogram_min_count)
         except (door.Refused, CodecError, ValueError, TypeError, OverflowError,
                 RecursionError) as err:  # whatever parsing raises: one line, never UNKNOWN
             raise Refusal(Reason.INVALID_ARGUMENT,

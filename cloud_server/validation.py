@@ -22,7 +22,12 @@ supernode_public_key       at most 4096 characters  an OpenSSH EC public key is 
 compute_device             "", "cpu" or "cuda"      where the client trains ("": cpu)
 samples_per_s              0 or [10⁻³, 10⁹]         0: not measured
 task_id                    at most 128 characters   the cloud's ids are ``r<round>-c<m>-v<v>``
-num_samples                [1, 10¹²]
+num_samples                [1, 10¹²]; at            a client cannot claim more samples than its
+                           registration the label   histogram holds (its FedAvg weight and its
+                           histogram's sum, within  coalition's data share come from this count)
+                           its noise (ε) and the
+                           classes its min count
+                           zeroes
 latency_s                  [0, 10⁷] s               ~116 days
 dropped_client_ids         unique coalition members
 stats                      at most one per (member, edge round < τ_e): no duplicate stats
@@ -106,6 +111,42 @@ def check_samples(num_samples: int) -> None:
     if not 0 <= int(num_samples) <= MAX_CLASS_SAMPLES * 10_000:
         raise Refused(f"num_samples must be in [0, {MAX_CLASS_SAMPLES * 10_000:g}], got "
                       f"{clip(num_samples)}")
+
+
+#: a class count's noise exceeds (ln C + SAMPLE_NOISE_NATS)/ε with probability at most
+#: e^-SAMPLE_NOISE_NATS / C (Laplace, scale 1/ε): all C counts stay within it but once in 10¹³
+SAMPLE_NOISE_NATS = 30.0
+#: the largest histogram_min_count a client may report
+MAX_MIN_COUNT = 1_000_000
+
+
+def sample_count_slack(classes: int, epsilon: float, min_count: int) -> tuple[float, float]:
+    """How far below and above the label histogram's sum an honest ``num_samples`` can lie:
+    below by the Laplace noise (ε > 0: C·(0.5 + (ln C + 30)/ε), rounding included); above by
+    that noise plus C·(K − 1) samples of the classes ``min_count`` K reports as 0."""
+    noise = 0.0
+    if epsilon > 0:
+        noise = classes * (0.5 + (math.log(max(classes, 1)) + SAMPLE_NOISE_NATS) / epsilon)
+    return noise, noise + classes * max(int(min_count) - 1, 0)
+
+
+def check_sample_count(num_samples: int, counts: Sequence[int], epsilon: float,
+                       min_count: int) -> None:
+    """A registered ``num_samples`` equal to the label histogram's sum (0: the sum is the
+    count), or, for a private histogram (``epsilon`` > 0, ``min_count`` > 0), within what its
+    noise and its zeroed rare classes explain (:func:`sample_count_slack`): a client cannot
+    claim more samples than the histogram it reports."""
+    if not 0 <= int(min_count) <= MAX_MIN_COUNT:
+        raise Refused(f"histogram_min_count must be in [0, {MAX_MIN_COUNT}], got "
+                      f"{clip(min_count)}")
+    if int(num_samples) == 0:
+        return
+    total = sum(int(c) for c in counts)
+    below, above = sample_count_slack(len(counts), epsilon, min_count)
+    if not total - below <= int(num_samples) <= total + above:
+        raise Refused(f"num_samples {int(num_samples)} is not the label histogram's sum "
+                      f"{total}" + (f" (within {below:.0f} below, {above:.0f} above for its "
+                                     f"noise and min count)" if above else ""))
 
 
 def check_epsilon(epsilon: float) -> None:
@@ -251,5 +292,5 @@ def check_submit(num_samples: int, latency_s: float, stats: Iterable[Any],
 
 
 __all__ = ["ECHO", "Refused", "check_address", "check_epsilon", "check_key_text",
-           "check_label_counts", "check_samples",
+           "check_label_counts", "check_sample_count", "check_samples", "sample_count_slack",
            "check_name", "check_profile", "check_submit", "clip", "task_id_known"]

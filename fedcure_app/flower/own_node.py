@@ -75,6 +75,7 @@ def own_node_data(cfg: Any, data: str | Path, *, index: int, name: str,
              "home": int(initial_edges(n, m)[min(index, n - 1)]),
              "profile": node.profile.model_dump(mode="json"), "model_signature": signature,
              "histogram_epsilon": float(epsilon) if epsilon > 0 else 0.0,
+             "histogram_min_count": int(min_count),
              "held_out": int(len(part.y_test)), "source": part.source}
     return node, facts
 

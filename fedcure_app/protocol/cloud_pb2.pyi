@@ -35,7 +35,7 @@ class DeviceProfile(_message.Message):
     def __init__(self, name: _Optional[str] = ..., f_min_ghz: _Optional[float] = ..., f_max_ghz: _Optional[float] = ..., cycles_per_sample: _Optional[_Mapping[str, float]] = ..., uplink_mbps: _Optional[float] = ..., downlink_mbps: _Optional[float] = ..., kappa: _Optional[float] = ..., jitter: _Optional[float] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
-    __slots__ = ("client_name", "label_counts", "device", "home_edge", "token", "supernode_public_key", "compute_device", "samples_per_s", "num_samples", "model_signature", "histogram_epsilon")
+    __slots__ = ("client_name", "label_counts", "device", "home_edge", "token", "supernode_public_key", "compute_device", "samples_per_s", "num_samples", "model_signature", "histogram_epsilon", "histogram_min_count")
     CLIENT_NAME_FIELD_NUMBER: _ClassVar[int]
     LABEL_COUNTS_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
@@ -47,6 +47,7 @@ class RegisterRequest(_message.Message):
     NUM_SAMPLES_FIELD_NUMBER: _ClassVar[int]
     MODEL_SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     HISTOGRAM_EPSILON_FIELD_NUMBER: _ClassVar[int]
+    HISTOGRAM_MIN_COUNT_FIELD_NUMBER: _ClassVar[int]
     client_name: str
     label_counts: _containers.RepeatedScalarFieldContainer[int]
     device: DeviceProfile
@@ -58,7 +59,8 @@ class RegisterRequest(_message.Message):
     num_samples: int
     model_signature: str
     histogram_epsilon: float
-    def __init__(self, client_name: _Optional[str] = ..., label_counts: _Optional[_Iterable[int]] = ..., device: _Optional[_Union[DeviceProfile, _Mapping]] = ..., home_edge: _Optional[int] = ..., token: _Optional[str] = ..., supernode_public_key: _Optional[str] = ..., compute_device: _Optional[str] = ..., samples_per_s: _Optional[float] = ..., num_samples: _Optional[int] = ..., model_signature: _Optional[str] = ..., histogram_epsilon: _Optional[float] = ...) -> None: ...
+    histogram_min_count: int
+    def __init__(self, client_name: _Optional[str] = ..., label_counts: _Optional[_Iterable[int]] = ..., device: _Optional[_Union[DeviceProfile, _Mapping]] = ..., home_edge: _Optional[int] = ..., token: _Optional[str] = ..., supernode_public_key: _Optional[str] = ..., compute_device: _Optional[str] = ..., samples_per_s: _Optional[float] = ..., num_samples: _Optional[int] = ..., model_signature: _Optional[str] = ..., histogram_epsilon: _Optional[float] = ..., histogram_min_count: _Optional[int] = ...) -> None: ...
 
 class WithdrawRequest(_message.Message):
     __slots__ = ("client_name", "reason", "token")

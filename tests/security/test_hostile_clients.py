@@ -11,6 +11,7 @@ from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
 
 from fedcure_app.flower.edge import run_edge_task
 from fedcure_app.tasks import EdgeTask
+from tests.deployment.conftest import cleanup  # noqa: F401 - the live clouds' fixture
 from tests.simulation.fake_grid import FakeGrid, task_identity
 
 SHAPES = [(3, 2), (4,)]
@@ -84,3 +85,74 @@ def test_a_client_that_registered_a_huge_count_takes_at_most_the_cap():
     # weights 0.125, 0.375, 0.5: the honest two keep their 1:3 ratio
     assert _value(result) == pytest.approx(0.125 * 1 + 0.375 * 3 + 0.5 * 8, rel=1e-6)
     assert result.num_samples == 800  # the counts the capped weights stand for
+
+
+# ------------------------------------------------------------------ counts at registration
+def test_a_registered_count_other_than_the_histograms_sum_is_refused_and_changes_nothing(
+        cleanup):
+    import grpc
+
+    from tests.deployment.reliability import one_hot, request, start
+    from tests.deployment.fakes import make_cfg
+    from tests.deployment.test_hostile import association, everything, refused
+
+    server = start(make_cfg(2, 1), expected=2)
+    cleanup.append(server)
+    stub = association(cleanup, server)
+    for claimed in (10**9, 21, 19):  # the liar's 10⁹, and one off either way
+        req = request("liar", one_hot(0))  # 20 samples of class 0
+        req.num_samples = claimed
+        detail = refused(lambda r=req: stub.Register(r, timeout=5),
+                         grpc.StatusCode.INVALID_ARGUMENT)
+        assert f"num_samples {claimed} is not the label histogram's sum 20" in detail
+    assert everything(server, None) == {"phase": 1, "clients": [], "checkpoint": None,
+                                        "faults": 0}
+
+
+def test_the_task_carries_the_registered_counts_the_cap_and_the_clients_step_bound(cleanup):
+    from tests.deployment.fakes import FakeEdge, make_cfg
+    from tests.deployment.reliability import register_all, request, start
+
+    server = start(make_cfg(2, 1, **{"max-client-weight": 0.7}), expected=2)
+    cleanup.append(server)
+    edge = FakeEdge(server.address, 0)
+    cleanup.append(edge)
+    reqs = [request("a", [20, 0, 0, 0], home=0), request("b", [0, 30, 10, 0], home=0)]
+    reqs[1].num_samples = 40
+    register_all(server.address, reqs)
+    task = edge.next_task()
+    assert dict(task.client_samples) == {0: 20, 1: 40}
+    assert task.max_client_weight == pytest.approx(0.7)
+    cfg = server.service.controller.cfg
+    assert task.client_step_bound == pytest.approx(
+        cfg.method.lr * cfg.method.tau_c * cfg.reliability.norm_grad_bound)
+
+
+@pytest.mark.parametrize("epsilon,min_count", [(0.0, 0), (0.0, 5), (0.5, 0), (0.05, 3)])
+def test_an_honest_private_histogram_always_passes_the_count_check(epsilon, min_count):
+    from cloud_server.validation import check_sample_count
+    from fedcure_app.core.privacy import private_histogram
+
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        counts = rng.integers(0, 40, size=10)
+        if counts.sum() == 0:
+            continue
+        released = private_histogram(counts, epsilon if epsilon > 0 else math.inf, min_count,
+                                     rng=rng)
+        check_sample_count(int(counts.sum()), released.tolist(), epsilon, min_count)
+
+
+def test_exact_counts_must_sum_to_the_registered_count_and_noise_widens_it_boundedly():
+    from cloud_server.validation import Refused, check_sample_count, sample_count_slack
+
+    check_sample_count(0, [3, 4], 0.0, 0)  # 0: the sum is the count
+    check_sample_count(7, [3, 4], 0.0, 0)
+    for bad in (6, 8, 10**12):
+        with pytest.raises(Refused):
+            check_sample_count(bad, [3, 4], 0.0, 0)
+    below, above = sample_count_slack(10, 1.0, 0)
+    assert below == above and 300 < below < 400  # 10·(0.5 + ln 10 + 30) at ε = 1
+    assert sample_count_slack(10, 0.0, 5) == (0.0, 40.0)  # four samples in each of 10 classes
+    with pytest.raises(Refused):
+        check_sample_count(10**9, [3, 4], 1.0, 0)
