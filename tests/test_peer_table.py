@@ -81,6 +81,9 @@ def test_the_comparison_puts_both_methods_on_one_target_and_one_common_time():
     text = markdown(table)
     assert "| fedavg | never | 80.0 % | 10.0 % | 80 | 2 | 540 |" in text
     assert "| fedcure | 30 s | 90.0 % |" in text and "target: 81.0 %" in text
+    for row, spans in zip(table["rows"], [(0.3, 0.25), (12.5, 0.5)]):
+        row["mean_clientapp_s"], row["mean_train_s"] = spans
+    assert "| 540 | 12.50 (0.50) |" in markdown(table)
 
 
 @pytest.mark.parametrize("argv, word", [

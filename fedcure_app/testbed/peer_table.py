@@ -72,16 +72,26 @@ def _pct(x: float | None) -> str:
     return "never" if x is None else f"{100 * x:.1f} %"
 
 
+def _seconds(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
 def markdown(table: Mapping[str, Any]) -> str:
-    """:func:`comparison`'s table as Markdown."""
+    """:func:`comparison`'s table as Markdown; with ``mean_clientapp_s`` and ``mean_train_s``
+    in the rows, a column of each train message's mean seconds: ClientApp start to reply, and
+    of those the training."""
+    timed = all("mean_clientapp_s" in r for r in table["rows"])
     head = ("| method | time to target | final accuracy | accuracy at "
-            f"{table['common_s']:.0f} s | wall s | rounds | client steps |")
-    lines = [head, "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+            f"{table['common_s']:.0f} s | wall s | rounds | client steps |"
+            + (" s per train message (training) |" if timed else ""))
+    lines = [head, "| --- | ---: | ---: | ---: | ---: | ---: | ---: |" + (" ---: |" * timed)]
     for r in table["rows"]:
         ttt = r["time_to_target_s"]
         lines.append(f"| {r['method']} | {'never' if ttt is None else f'{ttt:.0f} s'} | "
                      f"{_pct(r['final_accuracy'])} | {_pct(r['accuracy_at_common_s'])} | "
-                     f"{r['wall_seconds']:.0f} | {r['rounds']} | {r['client_steps']} |")
+                     f"{r['wall_seconds']:.0f} | {r['rounds']} | {r['client_steps']} |"
+                     + (f" {_seconds(r['mean_clientapp_s'])} ({_seconds(r['mean_train_s'])}) |"
+                        if timed else ""))
     lines.append(f"\ntarget: {_pct(table['target_accuracy'])} of test accuracy")
     return "\n".join(lines) + "\n"
 
