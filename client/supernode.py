@@ -15,9 +15,9 @@ module's ``time`` replaced by :class:`IdleClock`, whose ``sleep``
 - turns the 0.5 s reply polls (an in-memory check) into a wait that the ClientApp's push ends
   (:func:`wake_on_replies`; ``reply_poll_s`` where the Runtime API cannot be hooked).
 
-The patch is applied only to the Flower versions it was written against
-(:data:`SUPPORTED`, the pin in pyproject.toml) and only when the loop's source still has the
-two sleeps it replaces (:func:`check_flower`); otherwise it logs why and runs Flower unchanged.
+The patch is applied only to the Flower versions it was written against (the fast path's gate,
+:mod:`fedcure_app.flower.fastpath.gate`) and only when the loop's source still has the two
+sleeps it replaces (:func:`check_flower`); otherwise it logs why and runs Flower unchanged.
 ``tests/deployment/test_warm_client.py`` fails when Flower changes underneath.
 
 ``python -m client.supernode --argv-file FILE`` imports Flower and installs the patch first, then
@@ -43,12 +43,11 @@ from types import ModuleType
 from typing import Any
 
 from fedcure_app.flower.held_pulls import HELD_MIN_S
-from fedcure_app.flower.object_pulls import quick_pulls, version_problem
+from fedcure_app.flower.fastpath.gate import report_off, version_problem
+from fedcure_app.flower.object_pulls import quick_pulls
 
 log = logging.getLogger("fedcure.client.supernode")
 
-#: Flower versions whose SuperNode loop this module knows: [low, high)
-SUPPORTED = ((1, 41), (1, 42))
 #: the hard-coded waits of ``flwr.supernode.start_client_internal`` (seconds)
 FLOWER_IDLE_SLEEP_S = 3
 FLOWER_REPLY_POLL_S = 0.5
@@ -137,7 +136,7 @@ class IdleClock:
 
 def check_flower(module: ModuleType | None = None, version: str | None = None) -> list[str]:
     """Why the patch cannot be applied to this Flower (empty when it can)."""
-    outside = version_problem(version, SUPPORTED)
+    outside = version_problem(version)
     problems: list[str] = [] if outside is None else [outside]
     if module is None:
         from flwr.supernode import start_client_internal as module  # type: ignore[no-redef]
@@ -168,8 +167,8 @@ def install(clock: IdleClock, module: ModuleType | None = None, waker: Any = Non
         from flwr.supernode import start_client_internal as module  # type: ignore[no-redef]
     problems = check_flower(module)
     if problems:
-        log.warning("running flower-supernode unchanged (its 3 s idle sleep stays): %s",
-                    "; ".join(problems))
+        report_off(log, "running flower-supernode unchanged (its 3 s idle sleep stays): %s",
+                   "; ".join(problems))
         return False
     pull = module._pull_and_store_message
 
@@ -232,6 +231,19 @@ def clock_from_env(env: dict[str, str] | None = None) -> IdleClock:
                      hot_max_s=cfg.supernode_hot_max_s)
 
 
+def drop_wake_fifo(env: dict[str, str] | None = None) -> None:
+    """Remove the wake FIFO (``FEDCURE_WAKE_FIFO``) this SuperNode would have written to: its
+    executor opens the FIFO only once this SuperNode's Runtime API listens, and without it the
+    executor polls with its short back-off instead of waiting for wake-ups that never come."""
+    from pathlib import Path
+
+    from client.wake import WAKE_ENV
+
+    path = (os.environ if env is None else env).get(WAKE_ENV)
+    if path:
+        Path(path).unlink(missing_ok=True)
+
+
 def read_argv_file(path: str, poll_s: float = 0.02) -> list[str]:
     """The argument list in JSON file ``path``, waiting for the file to appear."""
     import json
@@ -274,6 +286,8 @@ def main(argv: list[str] | None = None) -> None:
         wake_on_replies(clock)
         log.info("SuperNode idle wait %.3g..%.3g s, reply poll %.3g s (Flower's: 3 s, 0.5 s)",
                  clock.idle_min_s, clock.idle_max_s, clock.reply_poll_s)
+    else:  # nothing will wake the executor: without the FIFO it polls with its short back-off
+        drop_wake_fifo()
     from fedcure_app.flower.batch_routes import install_server
     from fedcure_app.flower.object_batches import install_client
 

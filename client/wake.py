@@ -5,8 +5,12 @@ API), so the executor polls. ``fedcure-client`` makes a FIFO (mode 0600, in its 
 folder) and names it to both in ``FEDCURE_WAKE_FIFO``: the SuperNode (:mod:`client.supernode`)
 writes one byte each time it has pulled a message and its objects, and the executor
 (:mod:`client.executor`) waits on the FIFO between polls, so it asks for the task at once instead
-of after its back-off. The poll stays as the fallback (a lost byte only costs one back-off), so
-nothing depends on the FIFO: without it, or when it cannot be opened, both behave as before.
+of after its back-off. The poll stays as the fallback (a lost byte costs at most
+:data:`WAKE_FALLBACK_S`, stock Flower's own 3 s idle poll), so nothing depends on the FIFO:
+without it, or when it cannot be opened, both behave as before. The FIFO exists only while the
+SuperNode's patch is on (:func:`client.supernode.main` removes it otherwise, and
+``fedcure-client`` makes none while the fast path's gate is closed): an executor that no
+SuperNode would wake polls with its short back-off instead.
 """
 
 from __future__ import annotations
@@ -101,8 +105,9 @@ class WakeWriter:
 
 
 #: the longest wait between task requests when the SuperNode wakes the executor (seconds): the
-#: ask is then only a fallback for a lost wake-up, and each is a request to the SuperNode
-WAKE_FALLBACK_S = 30.0
+#: ask is then only a fallback for a lost wake-up, and each is a request to the SuperNode; never
+#: longer than stock Flower's SuperNode idle poll (3 s), so a lost wake-up is never slower
+WAKE_FALLBACK_S = 3.0
 #: after a wake-up, asks keep doubling from the shortest wait up to this (seconds), then wait for
 #: the next wake-up or the fallback (a wake can come a moment before the task can be taken)
 WAKE_QUICK_S = 0.5
@@ -114,7 +119,7 @@ class AskPacer:
     Without wake-ups (``woken`` False) the waits double from ``min_s`` to ``max_s``. With them,
     an empty ask right after a task waits for the next wake-up (the next message wakes it), an
     empty ask after a wake-up doubles from ``min_s`` while under :data:`WAKE_QUICK_S`, and every
-    other wait is the :data:`WAKE_FALLBACK_S` fallback, so an idle executor asks twice a minute.
+    other wait is the :data:`WAKE_FALLBACK_S` fallback, so an idle executor asks every 3 s.
     """
 
     def __init__(self, min_s: float, max_s: float, *, woken: bool) -> None:

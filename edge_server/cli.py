@@ -340,6 +340,9 @@ def main(argv: list[str] | None = None) -> int:
     quiet_grpc()
     args = build_parser().parse_args(argv)
     stop = role_start(args.quiet, log)
+    from fedcure_app.flower.fastpath.gate import warn_if_off
+
+    warn_if_off(PROG)  # one line on stderr when Flower runs unchanged (no fast path)
     from edge_server.settings import SettingsError
     from edge_server.superlink import SuperLinkError
     from fedcure_app.protocol.channel import ChannelConfigError

@@ -25,7 +25,9 @@ def holds(hold_s: float, reply_hold_s: float, *, quiet: bool) -> tuple[float, fl
     lets go on SIGTERM keeps the SuperLink from stopping for up to its hold."""
     if quiet or (hold_s <= 0 and reply_hold_s <= 0):
         return hold_s, reply_hold_s
-    log.warning("pulls are not held: uvicorn's stop cannot let a held pull go")
+    from fedcure_app.flower.fastpath.gate import report_off
+
+    report_off(log, "pulls are not held: uvicorn's stop cannot let a held pull go")
     return 0.0, 0.0
 
 

@@ -140,9 +140,9 @@ def test_the_supernode_log_lines_the_tracer_reads_are_still_flowers():
 
     from flwr.supernode import start_client_internal
 
-    from fedcure_app.flower.object_pulls import SUPPORTED, version_problem
+    from fedcure_app.flower.fastpath.gate import version_problem
 
-    assert version_problem(None, SUPPORTED) is None
+    assert version_problem(env={}) is None
     source = inspect.getsource(start_client_internal)
     for text in ('"Receiving: %s message (ID: %s)"', '"Received successfully"',
                  '"Sending: %s message (ID: %s)"', '"Sent successfully"'):

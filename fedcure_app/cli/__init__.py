@@ -28,7 +28,7 @@ class VersionAction(argparse.Action):
     (:func:`fedcure_app.flower.fastpath.gate.summary`), then exit."""
 
     def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS,
-                 default: str = argparse.SUPPRESS, help: str | None = None) -> None:
+                 default: None = None, help: str | None = None) -> None:
         super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
 
     def __call__(self, parser: argparse.ArgumentParser, *_args: object) -> None:
@@ -66,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    from fedcure_app.data.model_consent import trust_working_folder
+
+    trust_working_folder()  # every command's task is the user's own file
     try:
         return int(args.func(args) or 0)
     except (ConfigError, ValueError, OSError) as err:

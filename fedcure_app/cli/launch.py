@@ -51,7 +51,7 @@ from fedcure_app.cli.launch_report import (
 from fedcure_app.cli.launch_wait import StatusPoller, phase_label, progress_line, progress_text
 from fedcure_app.cli.launch_wait import status_text, supervise, wait_edge_ready
 from fedcure_app.cli.launch_wait import wait_listening as _wait_listening
-from fedcure_app.cli.own_data import add_task_options, apply_task
+from fedcure_app.cli.own_data import add_task_options, apply_task, cloud_flags, init_arrays
 from fedcure_app.config import METHOD_PRESETS, FedCureConfig, apply_flat
 
 log = logging.getLogger(__name__)
@@ -207,8 +207,6 @@ def check_inputs(args: argparse.Namespace, cfg: FedCureConfig) -> None:
     if cfg.task is None:
         check_dataset(cfg.data.dataset, cfg.data.data_dir)
     check_out_dir(args.out)
-    from fedcure_app.cli.own_data import init_arrays
-
     init_arrays(cfg, args)  # a model that does not fit the task, refused before any start
 
 
@@ -332,6 +330,7 @@ def start_roles(cfg: FedCureConfig, args: argparse.Namespace, out: Path, roles: 
     says (default: all on 127.0.0.1); return the launch record."""
     from fedcure_app.data.names import client_name
     from fedcure_app.data.own import client_entries
+    from fedcure_app.data.task import BUILTIN_TASK_MODELS
     from fedcure_app.runtime.processes import Child, free_port, free_ports
 
     logs, work = out / "logs", out / "work"
@@ -355,10 +354,8 @@ def start_roles(cfg: FedCureConfig, args: argparse.Namespace, out: Path, roles: 
     argv = [py, "-m", "cloud_server.cli", "--listen", cloud_addr, "--expected-clients", str(n),
             "--edges", str(m), "--rounds", str(cfg.run.global_rounds), "--config",
             str(config_file), "--out", str(out), "--register-timeout",
-            str(args.register_timeout), *token, *_security_flags(tls_dir, "cloud")]
-    for flag in ("test_data", "init_model"):  # the cloud evaluates on it / starts from it
-        if getattr(args, flag, None) is not None:
-            argv += [f"--{flag.replace('_', '-')}", str(Path(getattr(args, flag)).resolve())]
+            str(args.register_timeout), *token, *_security_flags(tls_dir, "cloud"),
+            *cloud_flags(args)]
     cloud_env = env
     if not getattr(args, "no_dashboard", True):
         dash, shown = site.dashboard(args.dashboard, logs)
@@ -386,11 +383,18 @@ def start_roles(cfg: FedCureConfig, args: argparse.Namespace, out: Path, roles: 
         wait_edge_ready(child, site, site.host(f"edge{e}"), edge_ports[e],
                         work / f"edge{e}" / "serverapp.log")
     own = client_entries(cfg.data.clients_data) if cfg.task is not None else None
+    consent: list[str] = []
+    if cfg.task is not None and cfg.task.model not in BUILTIN_TASK_MODELS:
+        # one owner runs every role here: its clients allow its task's model, found where
+        # this command finds it (the working folder too, on their PYTHONPATH explicitly)
+        consent = ["--allow-model", cfg.task.model]
+        env = dict(env, PYTHONPATH=os.pathsep.join(
+            [os.getcwd(), *filter(None, [os.environ.get("PYTHONPATH")])]))
     for i in range(n):
         data = ["--data", str(own[i].resolve())] if own else ["--num-partitions", str(n)]
         name = client_name(own[i]) if own else f"client-{i}"  # own data: its entry's name
         argv = [py, "-m", "client.cli", "--cloud", cloud_addr, "--name", name,
-                "--partition-id", str(i), *data, "--cpufreq", args.cpufreq,
+                "--partition-id", str(i), *data, *consent, "--cpufreq", args.cpufreq,
                 *(["--device", args.device] if getattr(args, "device", "cpu") != "cpu" else []),
                 "--work-dir", str(work / f"client{i}"), *token,
                 *_security_flags(tls_dir, "client"), *auth, *site.client_args(i)]

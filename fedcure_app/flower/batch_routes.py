@@ -22,6 +22,7 @@ import threading
 from collections.abc import Iterable
 from typing import Any, Callable
 
+from fedcure_app.flower.fastpath.gate import report_off, version_problem
 from fedcure_app.flower.object_batches import (
     MAX_REPLY_BYTES,
     PULL_PATH,
@@ -256,14 +257,12 @@ def serve_routes(main: Any, types: dict[str, type], routers: list[Callable[[], A
     warning that ``what`` are not served) when Flower differs from what this was written for."""
     from flwr.supercore.protobuf import translation
 
-    from fedcure_app.flower.object_pulls import version_problem
-
     problem = version_problem()
     create = getattr(main, "create_app", None)
     known = getattr(translation, "PROTOBUF_REQUEST_TYPES", None)
     if problem or not callable(create) or not isinstance(known, dict):
-        log.warning("no %s are served: %s", what,
-                    problem or "Flower's app factory or request-type table is gone")
+        report_off(log, "no %s are served: %s", what,
+                   problem or "Flower's app factory or request-type table is gone")
         return False
     for path, kind in types.items():
         known[("POST", path)] = kind

@@ -103,6 +103,12 @@ def install(prefixes: tuple[str, ...] = BUFFERED_PREFIXES, threaded: tuple[str, 
     if "call" in _installed:
         _threaded.update(threaded)
         return True
+    from fedcure_app.flower.fastpath.gate import version_problem
+
+    outside = version_problem()
+    if outside is not None:
+        log.debug("Flower's middlewares run as Starlette runs them: %s", outside)
+        return False
     original = base.BaseHTTPMiddleware.__call__
     if not hasattr(base, "_CachedRequest") or not hasattr(base._CachedRequest,
                                                           "wrapped_receive"):

@@ -20,9 +20,10 @@ asks again without sleeping; against a SuperLink that does not hold it keeps its
 
 A held pull occupies a worker thread of the SuperLink's web server for its wait, and that pool
 has 40 threads by default (anyio's), so :func:`install` also widens it to ``threads``; the
-handlers themselves are Flower's, unchanged. Only the pinned Flower range (:data:`SUPPORTED`) is
-patched, and only while the handlers have the signatures this module wraps
-(:func:`check_flower`); otherwise the SuperLink runs unchanged and a warning says why.
+handlers themselves are Flower's, unchanged. Only a Flower inside the fast path's gate
+(:mod:`fedcure_app.flower.fastpath.gate`) is patched, and only while the handlers have the
+signatures this module wraps (:func:`check_flower`); otherwise the SuperLink runs unchanged and
+a warning says why.
 """
 
 from __future__ import annotations
@@ -36,12 +37,10 @@ from collections.abc import Iterable
 from types import ModuleType
 from typing import Any, Callable
 
-from fedcure_app.flower.object_pulls import version_problem
+from fedcure_app.flower.fastpath.gate import report_off, version_problem
 
 log = logging.getLogger("fedcure.flower.held_pulls")
 
-#: Flower versions whose SuperLink handlers this module knows: [low, high)
-SUPPORTED = ((1, 41), (1, 42))
 #: an empty pull that took at least this long (seconds) was held by the SuperLink
 HELD_MIN_S = 1.0
 #: defaults (seconds): a SuperNode's held pull, the ServerApp's held pull of replies
@@ -179,7 +178,7 @@ def _handler_modules() -> tuple[ModuleType, ModuleType]:
 def check_flower(fleet: ModuleType | None = None, runtime: ModuleType | None = None,
                  version: str | None = None) -> list[str]:
     """Why the SuperLink cannot be patched (empty when it can)."""
-    outside = version_problem(version, SUPPORTED)
+    outside = version_problem(version)
     problems: list[str] = [] if outside is None else [outside]
     if fleet is None or runtime is None:
         fleet, runtime = _handler_modules()
@@ -278,8 +277,8 @@ def install(hold_s: float = DEFAULT_HOLD_S, reply_hold_s: float = DEFAULT_REPLY_
         fleet, runtime = _handler_modules()
     problems = check_flower(fleet, runtime)
     if problems:
-        log.warning("SuperLink pulls are not held (each finds nothing at once): %s",
-                    "; ".join(problems))
+        report_off(log, "SuperLink pulls are not held (each finds nothing at once): %s",
+                   "; ".join(problems))
         return None
     if getattr(fleet.pull_messages, "fedcure_held", False):
         raise RuntimeError("held pulls are installed already")
@@ -337,5 +336,5 @@ def widen_thread_pool(threads: int = DEFAULT_THREADS) -> bool:
 
 
 __all__ = ["AwaitedObjects", "DEFAULT_HOLD_S", "DEFAULT_REPLY_HOLD_S", "DEFAULT_THREADS",
-           "Doorbell", "HELD_MIN_S", "SUPPORTED", "ThreadPoolWidth", "check_flower", "install",
+           "Doorbell", "HELD_MIN_S", "ThreadPoolWidth", "check_flower", "install",
            "widen_thread_pool"]

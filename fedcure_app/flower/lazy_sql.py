@@ -9,9 +9,10 @@ a stand-in module in that module's place whose ``SqlObjectStore`` imports the re
 first call and returns the real store: a factory given a database path gets exactly what it got
 before, a moment later.
 
-Only the pinned Flower range (:data:`SUPPORTED`) is changed, and only when the real module has
-not been imported yet; otherwise nothing changes (:func:`defer_sql_object_store` says why).
-``tests/deployment/test_lazy_sql.py`` fails when Flower changes underneath.
+Only a Flower inside the fast path's gate (:mod:`fedcure_app.flower.fastpath.gate`) is changed,
+and only when the real module has not been imported yet; otherwise nothing changes
+(:func:`defer_sql_object_store` says why). ``tests/deployment/test_lazy_sql.py`` fails when
+Flower changes underneath.
 """
 
 from __future__ import annotations
@@ -22,12 +23,10 @@ import sys
 from types import ModuleType
 from typing import Any
 
-from fedcure_app.flower.object_pulls import version_problem
+from fedcure_app.flower.fastpath.gate import version_problem
 
 log = logging.getLogger("fedcure.lazy_sql")
 
-#: Flower versions whose object-store imports this module knows: [low, high)
-SUPPORTED = ((1, 41), (1, 42))
 #: the Flower module that loads SQLAlchemy and Alembic when imported
 SQL_MODULE = "flwr.supercore.object_store.sql_object_store"
 #: the factory module that imports :data:`SQL_MODULE` at module level
@@ -69,9 +68,9 @@ class _StandIn(ModuleType):
 
 def defer_sql_object_store(version: str | None = None) -> bool:
     """Put the stand-in in place of :data:`SQL_MODULE` (before Flower is imported); False,
-    with the reason logged at debug level, when this Flower is outside :data:`SUPPORTED` or the
+    with the reason logged at debug level, when the fast path's gate is closed or the
     module is already loaded."""
-    problem = version_problem(version, SUPPORTED)
+    problem = version_problem(version)
     if problem is None and SQL_MODULE in sys.modules:
         problem = f"{SQL_MODULE} is already imported"
     if problem is not None:

@@ -57,6 +57,7 @@ from typing import Any, Callable
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
+from fedcure_app.flower.fastpath.gate import report_off, version_problem
 from fedcure_app.flower.object_batches import route_unserved
 
 log = logging.getLogger("fedcure.flower.object_batches.messages")
@@ -381,7 +382,6 @@ def install_grid(grid: Any, http_grid: ModuleType | None = None) -> MessageBatch
     batches stay the path for what the route leaves out; None (logged) when Flower differs."""
     if http_grid is None:
         from flwr.superlink.grid import http_grid  # type: ignore[no-redef]
-    from fedcure_app.flower.object_pulls import version_problem
 
     base = getattr(http_grid, "RuntimeHttpClient", None)
     problem = version_problem()
@@ -391,8 +391,8 @@ def install_grid(grid: Any, http_grid: ModuleType | None = None) -> MessageBatch
         if missing and not problem:
             problem = f"{getattr(owner, '__name__', owner)} has no {', '.join(missing)}"
     if problem:
-        log.warning("replies go as before (a pull, then objects and a confirmation per "
-                    "reply): %s", problem)
+        report_off(log, "replies go as before (a pull, then objects and a confirmation per "
+                   "reply): %s", problem)
         return None
     from flwr.proto.runtime_pb2 import PullAppMessagesResponse
 
@@ -407,7 +407,6 @@ def install_grid(grid: Any, http_grid: ModuleType | None = None) -> MessageBatch
 
 def check_flower(start: ModuleType, connection: ModuleType) -> list[str]:
     """Why the SuperNode's messages cannot go two requests each (empty when they can)."""
-    from fedcure_app.flower.object_pulls import version_problem
 
     outside = version_problem()
     problems = [] if outside is None else [outside]
@@ -441,7 +440,7 @@ def install_client(start: ModuleType | None = None,
         from flwr.supernode import fleet_http_connection as connection  # type: ignore[no-redef]
     problems = check_flower(start, connection)
     if problems:
-        log.warning("messages go as before (five requests each): %s", "; ".join(problems))
+        report_off(log, "messages go as before (five requests each): %s", "; ".join(problems))
         return None
     from flwr.supercore.retry import make_simple_http_retry_invoker
 

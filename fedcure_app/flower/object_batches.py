@@ -38,6 +38,8 @@ from typing import Any, Callable
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
+from fedcure_app.flower.fastpath.gate import report_off, version_problem
+
 log = logging.getLogger("fedcure.flower.object_batches")
 
 PULL_PATH = "/v1/fleet/fedcure-pull-objects"
@@ -291,12 +293,10 @@ def batched_tree_pulls(pull_tree: Callable[..., Any], batcher: Batcher) -> Calla
 def _patch_problem(what: str, needed: Iterable[tuple[ModuleType, str]]) -> bool:
     """True (and a warning that ``what`` go one by one) when Flower is outside the pinned
     range or a module lacks a name the patch replaces."""
-    from fedcure_app.flower.object_pulls import version_problem
-
     missing = [name for module, name in needed if not callable(getattr(module, name, None))]
     problem = version_problem() or (f"Flower has no {', '.join(missing)}" if missing else "")
     if problem:
-        log.warning("%s go one by one: %s", what, problem)
+        report_off(log, "%s go one by one: %s", what, problem)
     return bool(problem)
 
 

@@ -25,10 +25,10 @@ becomes an error reply, the client is dropped like any other that did not answer
 replies (whose messages live twice the edge timeout, :func:`fedcure_app.flower.edge.run_edge_task`)
 are still there to be pulled.
 
-Only the pinned Flower range (:data:`SUPPORTED`, as in pyproject.toml) is patched, and only when
-the function still takes those keywords (:func:`check_pull_function`); otherwise nothing
-changes and a warning says why. ``tests/deployment/test_warm_client.py`` fails when Flower
-changes underneath.
+Only a Flower inside the fast path's gate (:mod:`fedcure_app.flower.fastpath.gate`, the pin in
+pyproject.toml) is patched, and only when the function still takes those keywords
+(:func:`check_pull_function`); otherwise nothing changes and a warning says why.
+``tests/deployment/test_warm_client.py`` fails when Flower changes underneath.
 """
 
 from __future__ import annotations
@@ -39,42 +39,16 @@ import logging
 from types import ModuleType
 from typing import Any, Callable
 
+from fedcure_app.flower.fastpath.gate import report_off, version_problem
+
 log = logging.getLogger("fedcure.object_pulls")
 
-#: Flower versions whose pull functions this module knows: [low, high)
-SUPPORTED = ((1, 41), (1, 42))
 #: the keywords of Flower's pull functions this module sets
 KEYWORDS = ("initial_backoff", "backoff_cap", "max_tries_per_object", "max_time")
 #: default first wait and longest wait between tries for an object not there yet (seconds)
 FIRST_S, CAP_S = 0.01, 0.2
 #: marks a function this module already wrapped
 _MARK = "__fedcure_quick_pulls__"
-
-
-def flower_version() -> str:
-    """The installed Flower's version string."""
-    from importlib.metadata import version
-
-    return version("flwr")
-
-
-def _major_minor(text: str) -> tuple[int, int]:
-    parts = [int("".join(ch for ch in p if ch.isdigit()) or 0) for p in text.split(".")[:2]]
-    return (parts + [0, 0])[0], (parts + [0, 0])[1]
-
-
-def version_problem(version: str | None = None,
-                    supported: tuple[tuple[int, int], tuple[int, int]] = SUPPORTED
-                    ) -> str | None:
-    """Why Flower ``version`` (default: the installed one) is outside ``supported`` = [low, high)
-    (major, minor), or None when it is inside: the one range check of every patch FedCure
-    applies to the pinned Flower."""
-    version = flower_version() if version is None else version
-    low, high = supported
-    if low <= _major_minor(version) < high:
-        return None
-    return (f"flwr {version} is outside the supported range "
-            f"{low[0]}.{low[1]} <= v < {high[0]}.{high[1]}")
 
 
 def check_pull_function(func: Any, version: str | None = None) -> list[str]:
@@ -127,8 +101,8 @@ def quick_pulls(module: ModuleType, name: str, first_s: float = FIRST_S, cap_s: 
         func = func.__wrapped__  # wrapped before: wrap Flower's own function again
     problems = check_pull_function(func)
     if problems:
-        log.warning("%s.%s keeps Flower's 1 s object-pull waits: %s", module.__name__, name,
-                    "; ".join(problems))
+        report_off(log, "%s.%s keeps Flower's 1 s object-pull waits: %s", module.__name__,
+                   name, "; ".join(problems))
         return False
     setattr(module, name, quick(func, first_s, cap_s, max_time_s))
     log.debug("%s.%s: object pulls retry after %.3g s, at most %.3g s apart", module.__name__,
@@ -136,5 +110,4 @@ def quick_pulls(module: ModuleType, name: str, first_s: float = FIRST_S, cap_s: 
     return True
 
 
-__all__ = ["CAP_S", "FIRST_S", "KEYWORDS", "SUPPORTED", "check_pull_function", "flower_version",
-           "quick", "quick_pulls", "version_problem"]
+__all__ = ["CAP_S", "FIRST_S", "KEYWORDS", "check_pull_function", "quick", "quick_pulls"]

@@ -68,9 +68,13 @@ def install(tick_s: float = DEFAULT_TICK_S, server_class: Any = None) -> bool:
     if getattr(server_class, "fedcure_tick_s", None) is not None:  # installed already
         server_class.fedcure_tick_s = tick_s
         return True
-    problems = check_uvicorn(server_class)
+    from fedcure_app.flower.fastpath.gate import report_off, version_problem
+
+    outside = version_problem()
+    problems = ([] if outside is None else [outside]) + check_uvicorn(server_class)
     if problems:
-        log.warning("uvicorn servers keep waking 10 times a second: %s", "; ".join(problems))
+        report_off(log, "uvicorn servers keep waking 10 times a second: %s",
+                   "; ".join(problems))
         return False
 
     def get_exit(self: Any) -> bool:

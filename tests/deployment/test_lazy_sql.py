@@ -10,7 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fedcure_app.flower.lazy_sql import SUPPORTED, defer_sql_object_store
+from fedcure_app.flower.lazy_sql import defer_sql_object_store
+from tests.flower_range import above, below
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -61,9 +62,8 @@ def test_a_database_path_still_gets_flowers_sql_store() -> None:
 
 def test_other_flower_versions_and_a_loaded_module_are_left_alone() -> None:
     """Outside the pinned range, or once the real module is loaded, nothing is replaced."""
-    low, high = SUPPORTED
-    assert defer_sql_object_store(version=f"{high[0]}.{high[1]}.0") is False
-    assert defer_sql_object_store(version=f"{low[0]}.{low[1] - 1}.9") is False
+    assert defer_sql_object_store(version=above()) is False
+    assert defer_sql_object_store(version=below()) is False
     got = _run(
         "import json, sys\n"
         "import flwr.supercore.object_store.sql_object_store as real\n"
