@@ -6,7 +6,7 @@ Ray) from Python, with a given run config and without a SuperLink process to sta
 
 Flower 1.41's public ``flwr.simulation.run_simulation`` hands every app an *empty* run config,
 while the FedCure ClientApp reads its dataset and partition from the run config. So this helper
-calls the runtime's internal ``_run_simulation`` (``flwr`` is pinned to ``>=1.41,<1.42``) with
+calls the runtime's internal ``_run_simulation`` (``flwr`` is pinned to ``>=1.41,<1.43``) with
 an app directory holding a generated ``pyproject.toml`` whose ``[tool.flwr.app.config]`` is the
 full run config: the ServerApp and every node see exactly that config, as under ``flwr run``.
 """
