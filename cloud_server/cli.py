@@ -132,6 +132,13 @@ def make_config(args: argparse.Namespace) -> tuple[Any, bool]:
     from fedcure_app.config import ConfigError, FedCureConfig, apply_flat, load_config
 
     cfg = load_config(args.config) if args.config else FedCureConfig()
+    if args.config:  # said at start-up: a compose file's settings never change a run unsaid
+        from fedcure_app.config_changes import changed_knobs
+
+        changed = changed_knobs(cfg)
+        logging.getLogger("fedcure.cloud").info(
+            "--config %s sets %s", args.config,
+            "; ".join(changed) if changed else "nothing other than the defaults")
     named = args.dataset is not None or "dataset" in cfg.data.model_fields_set
     holdout_set = "holdout" in cfg.data.model_fields_set
     flat: dict[str, Any] = {"num-edges": args.edges, "num-clients": args.expected_clients}
@@ -305,6 +312,9 @@ def main(argv: list[str] | None = None) -> int:
 
     quiet_grpc()
     args = build_parser().parse_args(argv)
+    from fedcure_app.data.model_consent import trust_working_folder
+
+    trust_working_folder()  # --task is the operator's own file
     logging.basicConfig(
         level=logging.WARNING if args.quiet else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

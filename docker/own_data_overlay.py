@@ -46,21 +46,43 @@ x-own-client: &own-client
       condition: service_healthy
 
 services:
+  # FEDCURE_TASK and FEDCURE_CLIENTS_DATA are checked here, when `up` starts a run (the cloud
+  # waits for this check), so that `down -v` and `config` need neither
+  check:
+    image: ${{FEDCURE_IMAGE:-fedcure:latest}}
+    restart: "no"
+    environment:
+      FEDCURE_TASK: ${{FEDCURE_TASK:-}}
+      FEDCURE_CLIENTS_DATA: ${{FEDCURE_CLIENTS_DATA:-}}
+    command:
+      - sh
+      - -c
+      - >-
+        test -n "$$FEDCURE_TASK" || {{ echo 'set FEDCURE_TASK to the task file
+        (fedcure task init)' >&2; exit 2; }};
+        test -n "$$FEDCURE_CLIENTS_DATA" || {{ echo 'set FEDCURE_CLIENTS_DATA to the clients
+        folder' >&2; exit 2; }}
+
   cloud:
+    depends_on:
+      check:
+        condition: service_completed_successfully
     command:
       - fedcure-cloud
       - --listen=0.0.0.0:9090
       - --expected-clients={n}
       - --edges=2
       - --rounds=${{FEDCURE_ROUNDS:-10}}
-      - --config=/etc/fedcure/fedcure.toml
+      - --config=/etc/fedcure/own-data.toml
       - --task=/etc/fedcure/task.toml
       - --out=/results
       - --register-timeout=600
       - --insecure
       - --dashboard=0.0.0.0:8080
     volumes:
-      - ${{FEDCURE_TASK:?set FEDCURE_TASK to the task file (fedcure task init)}}:/etc/fedcure/task.toml:ro
+      # deployment settings only: the task trains with the defaults, as under simulate/launch
+      - ./own-data.toml:/etc/fedcure/own-data.toml:ro
+      - ${{FEDCURE_TASK:-/dev/null}}:/etc/fedcure/task.toml:ro
 
   # the base file's clients share one dataset; here every client is its own service
   client:
@@ -74,7 +96,7 @@ CLIENT = """
               "--partition-id={index}", "--data=/own{suffix}", "--cpufreq=emulate",
               "--insecure"]
     volumes:
-      - ${{FEDCURE_CLIENTS_DATA:?set FEDCURE_CLIENTS_DATA to the clients folder}}/{name}:/own{suffix}:ro
+      - ${{FEDCURE_CLIENTS_DATA:-/dev/null}}/{entry}:/own{suffix}:ro
 """
 
 
@@ -92,7 +114,9 @@ def overlay(names: list[str]) -> str:
     for i, name in enumerate(names):
         suffix = Path(name).suffix.lower() if Path(name).suffix.lower() in SUFFIXES else ""
         service = "own-" + "".join(c if c.isalnum() else "-" for c in Path(name).stem).lower()
-        text += CLIENT.format(service=service, name=name, index=i, suffix=suffix)
+        # a client goes by its entry's name without the .csv/.npz suffix (as under launch)
+        text += CLIENT.format(service=service, name=Path(name).stem if suffix else name,
+                              entry=name, index=i, suffix=suffix)
     return text
 
 

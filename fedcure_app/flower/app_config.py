@@ -61,6 +61,14 @@ APP_OPTION_DEFAULTS: dict[str, Any] = {
     "edge-file": "",
 }
 
+#: The only keys whose value in ``pyproject.toml``'s ``[tool.flwr.app.config]`` differs from
+#: :class:`~fedcure_app.config.FedCureConfig`'s default: the size of ``flwr run .``'s demo on
+#: the bundled digits (10 clients over a Dirichlet split, 3 edges, 10 rounds, about a minute).
+#: Every method knob there is the configuration's default, so a task trains alike under
+#: ``fedcure simulate``, ``fedcure launch``, the roles and ``flwr run`` (under a task the number
+#: of clients follows the clients folder; name ``global-rounds`` as ``--rounds``).
+DEMO_SIZE_KEYS = ("partition", "num-clients", "num-edges", "global-rounds")
+
 #: Optional string knobs for which ``""`` means "unset".
 _EMPTY_IS_UNSET = ("data-dir", "profiles-file", "formation", "scheduler", "method", "mix",
                    "calibrate-prior", "warmup-tasks", "clients-data", "task")
@@ -226,7 +234,7 @@ def run_config_from_config(cfg: FedCureConfig) -> dict[str, Any]:
 
 
 __all__ = [
-    "APP_OPTION_DEFAULTS", "AppOptions", "app_options", "client_fingerprint", "client_key", "flag",
+    "APP_OPTION_DEFAULTS", "AppOptions", "DEMO_SIZE_KEYS", "app_options", "client_fingerprint", "client_key", "flag",
     "run_config_from_config",
     "config_from_run_config", "data_key",
     "default_run_config",

@@ -321,8 +321,9 @@ def _check_run(containers: list[dict[str, Any]], logs: str, results: Path, round
     clients = result["clients"]
     assert len(clients) == CLIENTS
     assert sorted(c["id"] for c in clients) == list(range(CLIENTS))
-    # every client name is its container's hostname-pid: four distinct containers took part
-    assert len({c["name"].rsplit("-", 1)[0] for c in clients}) == CLIENTS, clients
+    # every client name is its container's hostname (fedcure-client's default name without
+    # --data or --partition-id): four distinct containers took part
+    assert len({c["name"] for c in clients}) == CLIENTS, clients
     assert sorted(result["edges"]) == ["0", "1"]
     assert set(result["edges"].values()) == {"edge0:9092", "edge1:9092"}
     assert all(c["edge"] in (0, 1) for c in clients)
