@@ -53,6 +53,7 @@ from typing import Any
 
 from fedcure_app.errors import UsageError
 from fedcure_app.protocol.text import printable
+from fedcure_app.trained.names import counts_text, holding_text, run_classes
 
 # the steps of a client, one module each; re-exported here (their old home)
 from client.association import (
@@ -111,6 +112,13 @@ def build_parser() -> argparse.ArgumentParser:
                           "under train/ and test/), an .npz with x and y, a CSV with a label "
                           "column, or a datasets.save_to_disk folder; read under the task the "
                           "cloud sends (no --dataset, no partition)")
+    own.add_argument("--allow-model", action="append", metavar="PATH[,PATH]",
+                     help="model import paths (package.module:factory) this client may import "
+                          "and run when the cloud's task names one; a task naming any other "
+                          "is refused at Claim (built-in models need no consent; repeatable)")
+    own.add_argument("--task", metavar="FILE",
+                     help="a task file of your own: the model import path it names is "
+                          "allowed (as --allow-model)")
     own.add_argument("--label-column", help="label column of CSV data (default: the cloud's, "
                      "label)")
     own.add_argument("--holdout", type=float, metavar="F",
@@ -264,11 +272,8 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
         if data is None:  # asked to stop meanwhile
             return 0
         data_file, home = data.data_file, data.home
-        from fedcure_app.trained.names import counts_text, run_classes
-
-        log.info("client %r holds partition %d of %d (%s, %d samples, label counts %s, "
-                 "initial edge %d, device %s)", name, index, reply.num_partitions,
-                 "task" if cfg.task is not None else cfg.data.dataset, data.samples,
+        log.info("client %r holds partition %d of %d (%s, label counts %s, initial edge %d, "
+                 "device %s)", name, index, reply.num_partitions, holding_text(cfg, data.samples),
                  counts_text(data.label_counts, run_classes(cfg)), home, data.profile.name)
         args.gpufreq_in_use = gpufreq_in_use(warm.gpufreq, data.profile.name)
         log.info("client %r trains on %s (--device %s%s)", name, args.device_in_use,

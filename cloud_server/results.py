@@ -150,8 +150,9 @@ class ResultsWriter:
             try:
                 write_model_files(out, arrays, run_task(self.cfg),
                                   model_info("fedcure-cloud", result))
-            except Exception:  # noqa: BLE001 - the result is still written
-                log.exception("writing the model files failed")
+            except Exception as err:  # noqa: BLE001 - the result is still written
+                log.warning("the model files (model.pt, model.pt2) were not written: %s: %s",
+                            type(err).__name__, err)
         tmp = out / "result.json.tmp"
         tmp.write_text(json.dumps(result, indent=1))
         tmp.replace(out / "result.json")

@@ -103,4 +103,14 @@ def init_arrays(cfg: FedCureConfig, args: argparse.Namespace) -> list | None:
         raise UsageError(f"--init-model: {err}") from None
 
 
-__all__ = ["add_task_options", "apply_task", "init_arrays"]
+def cloud_flags(args: argparse.Namespace) -> list[str]:
+    """``--test-data`` and ``--init-model`` as the cloud of a launch takes them (absolute
+    paths): it evaluates on the one and starts from the other."""
+    out: list[str] = []
+    for flag in ("test_data", "init_model"):
+        if getattr(args, flag, None) is not None:
+            out += [f"--{flag.replace('_', '-')}", str(Path(getattr(args, flag)).resolve())]
+    return out
+
+
+__all__ = ["add_task_options", "apply_task", "cloud_flags", "init_arrays"]

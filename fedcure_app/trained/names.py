@@ -65,6 +65,11 @@ def class_rows(result: Mapping[str, Any]) -> list[tuple[str, str]]:
     return rows + ([("strongest classes", class_line(strong))] if strong else [])
 
 
+def holding_text(cfg: Any, samples: int) -> str:
+    """``task, 270 samples`` (own data), or ``mnist, 270 samples`` (a built-in dataset)."""
+    return f"{'task' if cfg.task is not None else cfg.data.dataset}, {samples} samples"
+
+
 def counts_text(counts: Sequence[int], classes: Sequence[str] | None) -> str:
     """Label counts by class name, ``{bag: 90, coat: 90}``, leaving out classes of 0 samples
     (all of them when every count is 0); by index (``[0, 90, …]``) without names."""
@@ -74,5 +79,5 @@ def counts_text(counts: Sequence[int], classes: Sequence[str] | None) -> str:
     return "{" + ", ".join(f"{c}: {int(n)}" for c, n in held) + "}"
 
 
-__all__ = ["by_name", "class_line", "class_rows", "counts_text", "extremes", "last_class_accuracy",
-           "run_classes"]
+__all__ = ["by_name", "class_line", "class_rows", "counts_text", "extremes", "holding_text",
+           "last_class_accuracy", "run_classes"]

@@ -176,3 +176,27 @@ def test_the_global_model_is_evaluated_on_the_clients_held_out_parts(launched):
                                         for v in pixel_norm(cfg.task))))
     assert result["final_accuracy"] == central.accuracy
     assert last["loss"] == pytest.approx(central.loss, rel=1e-5)
+
+
+def test_the_launched_runs_model_is_what_plain_pytorch_runs(launched, capsys):
+    """The run folder holds the model: ``fedcure model evaluate`` and a script that only does
+    ``torch.export.load(model.pt2)`` agree on a client's folder; the result and the clients'
+    logs name the classes."""
+    _, clients, out, _, done = launched
+    assert done.returncode == 0, diagnostics(out, done)
+    from fedcure_app.cli import main
+    from tests.trained.test_model_files import PLAIN
+
+    classes = [str(d) for d in range(10)]
+    data = clients / f"client-{GOOD[0]}"
+    capsys.readouterr()
+    assert main(["model", "evaluate", str(out), "--data", str(data), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    plain = subprocess.run([sys.executable, "-c", PLAIN, str(out), str(data),
+                            json.dumps(classes)], capture_output=True, text=True, timeout=120)
+    assert plain.returncode == 0, plain.stderr[-2000:]
+    assert abs(float(plain.stdout) - 100 * got["accuracy"]) < 0.1
+    result = json.loads((out / "result.json").read_text())
+    assert list(result["class_accuracy_by_name"]) == classes
+    log = (out / "logs" / f"client{GOOD[0]}.log").read_text()
+    assert "(task, " in log and "label counts {0: " in log
