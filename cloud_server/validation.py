@@ -19,6 +19,11 @@ kappa                      [10⁻³⁰, 10⁻³] J/(cycle·GHz²)  energy κ·c�
 profile name               1..64 printable
                            characters
 supernode_public_key       at most 4096 characters  an OpenSSH EC public key is ~200
+model_signature            JSON [[name, [dims]]],   a model's state_dict; any parse error
+                           at most 10⁶ characters,  (OverflowError, RecursionError too) is
+                           dims in [0, 2³¹)         INVALID_ARGUMENT in one line
+histogram_epsilon          0, or [10⁻³, ∞)          Laplace noise of scale at most 1000
+                                                    samples per class
 compute_device             "", "cpu" or "cuda"      where the client trains ("": cpu)
 samples_per_s              0 or [10⁻³, 10⁹]         0: not measured
 task_id                    at most 128 characters   the cloud's ids are ``r<round>-c<m>-v<v>``
@@ -48,10 +53,12 @@ Pure functions: the service calls them before touching any state.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from fedcure_app.config import MIN_HISTOGRAM_EPSILON
 from fedcure_app.protocol.text import ECHO, clip, name_problem
 
 MAX_NAME = 128
@@ -68,6 +75,8 @@ MAX_NUM_SAMPLES = 10**12
 MAX_SECONDS = 1e7
 MAX_APPLIED_GHZ = 100.0
 MAX_STAT_SAMPLES = 10**9
+MAX_SIGNATURE_CHARS = 1_000_000
+MAX_DIM = 2**31
 
 
 class Refused(ValueError):
@@ -150,9 +159,32 @@ def check_sample_count(num_samples: int, counts: Sequence[int], epsilon: float,
 
 
 def check_epsilon(epsilon: float) -> None:
-    """A histogram ε that is finite and ≥ 0 (0: exact counts)."""
-    if not (math.isfinite(epsilon) and epsilon >= 0):
-        raise Refused(f"histogram_epsilon must be finite and >= 0, got {clip(epsilon)}")
+    """A histogram ε that is 0 (exact counts) or finite and ≥ :data:`MIN_HISTOGRAM_EPSILON`."""
+    if not (epsilon == 0 or (math.isfinite(epsilon) and epsilon >= MIN_HISTOGRAM_EPSILON)):
+        raise Refused(f"histogram_epsilon must be 0 (exact counts) or finite and >= "
+                      f"{MIN_HISTOGRAM_EPSILON:g}, got {clip(epsilon)}")
+
+
+def parse_signature(text: str) -> list[list[Any]] | None:
+    """A client's model signature, JSON ``[[name, [dim, …]], …]``, as ``[[str, [int, …]], …]``
+    (None when empty). Refused in one line, whatever the parser raises (a ``1e999`` dim is an
+    OverflowError, 100,000 nested brackets a RecursionError)."""
+    if not text:
+        return None
+    if len(text) > MAX_SIGNATURE_CHARS:
+        raise Refused(f"model_signature has {len(text)} characters, at most "
+                      f"{MAX_SIGNATURE_CHARS}")
+    try:
+        raw = json.loads(text)
+        if not isinstance(raw, list):
+            raise ValueError("not a list")
+        out = [[str(k), [int(d) for d in shape]] for k, shape in raw]
+    except (ValueError, TypeError, OverflowError, RecursionError, MemoryError) as err:
+        raise Refused(f"model_signature is not [[name, [dims]], …] ({type(err).__name__}: "
+                      f"{clip(' '.join(str(err).split()))})") from None
+    if any(not 0 <= d < MAX_DIM for _, shape in out for d in shape):
+        raise Refused(f"model_signature has a dimension outside [0, {MAX_DIM})")
+    return out
 
 
 def check_profile(profile: Any, model: str) -> None:
@@ -291,6 +323,7 @@ def check_submit(num_samples: int, latency_s: float, stats: Iterable[Any],
             raise Refused(f"stats: client {c} loss must be finite, got {s.loss}")
 
 
-__all__ = ["ECHO", "Refused", "check_address", "check_epsilon", "check_key_text",
+__all__ = ["ECHO", "MIN_HISTOGRAM_EPSILON", "Refused", "check_address", "check_epsilon",
+           "check_key_text", "parse_signature",
            "check_label_counts", "check_sample_count", "check_samples", "sample_count_slack",
            "check_name", "check_profile", "check_submit", "clip", "task_id_known"]

@@ -134,13 +134,18 @@ class ModelImportError(ValueError):
 
 
 def import_factory(path: str) -> object:
-    """The callable named by ``package.module:factory`` (imported here)."""
+    """The callable named by ``package.module:factory`` (imported here). The working folder
+    is searched only where the entry point trusts it (the user's own task:
+    :func:`fedcure_app.data.model_consent.trust_working_folder`), never on a client."""
     import os
     import sys
 
+    from fedcure_app.data.model_consent import working_folder_trusted
+
     module_name, _, attr = path.partition(":")
     top = module_name.split(".")[0]
-    if importlib.util.find_spec(top) is None and os.getcwd() not in sys.path:
+    if (working_folder_trusted() and importlib.util.find_spec(top) is None
+            and os.getcwd() not in sys.path):
         # as `python -m` would: a module beside the user's working folder (console scripts
         # such as `fedcure` leave the working folder off sys.path)
         sys.path.append(os.getcwd())
@@ -180,6 +185,34 @@ def build_task_model(task: TaskConfig) -> nn.Module:
     if bad:
         raise ModelImportError(f"model {task.model}: tensor {bad[0]} is not float32")
     return model
+
+
+#: The most parameters a task's model may have: 50 million (200 MB of float32; a client holds
+#: the model, its gradients and the optimiser's state).
+MAX_MODEL_PARAMETERS = 50_000_000
+
+
+def check_task_model(task: TaskConfig) -> int:
+    """The parameters of the task's model, counted on torch's ``meta`` device (nothing is
+    allocated). :class:`ModelImportError` in one line when the model cannot be built or has
+    more than :data:`MAX_MODEL_PARAMETERS`: what the cloud checks at start
+    (``fedcure-cloud --task``) and a client before it reads its data."""
+    try:
+        with torch.device("meta"):
+            model = build_task_model(task)
+    except ModelImportError:
+        raise
+    except Exception as err:  # noqa: BLE001 - a built-in model of an absurd shape, say
+        raise ModelImportError(f"model {task.model} for input {list(task.sample_shape)} and "
+                               f"{task.num_classes} classes cannot be built "
+                               f"({type(err).__name__}: {' '.join(str(err).split())[:200]})"
+                               ) from None
+    count = sum(int(t.numel()) for t in model.state_dict().values())
+    if count > MAX_MODEL_PARAMETERS:
+        raise ModelImportError(f"model {task.model} for input {list(task.sample_shape)} and "
+                               f"{task.num_classes} classes has {count:,} parameters, at most "
+                               f"{MAX_MODEL_PARAMETERS:,}")
+    return count
 
 
 def model_signature(model: nn.Module) -> list[tuple[str, tuple[int, ...]]]:

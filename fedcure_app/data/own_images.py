@@ -101,12 +101,17 @@ def image_parts(folder: Path) -> dict[str, tuple[list[Path], list[str]]]:
 
 
 def header(path: Path) -> tuple[str, tuple[int, int]]:
-    """An image file's Pillow mode and (width, height), from its header; unreadable: named."""
+    """An image file's Pillow mode and (width, height), from its header; unreadable: named.
+    Pillow's bomb warning is silenced: the size is checked against :data:`MAX_IMAGE_PIXELS`."""
+    import warnings
+
     from PIL import Image
 
     try:
-        with Image.open(path) as im:
-            return im.mode, im.size
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(path) as im:
+                return im.mode, im.size
     except Exception as err:  # Pillow raises many types on damaged files
         raise ClientDataError(f"{path}: cannot read image ({type(err).__name__}: "
                               f"{' '.join(str(err).split())})", "unreadable", 1) from None

@@ -91,7 +91,8 @@ def table_array(x: np.ndarray, features: int | None, where: str) -> np.ndarray:
     if features is not None and x.shape[1] != features:
         raise ClientDataError(f"{where}: x has {x.shape[1]} features per row, the task has "
                               f"features = {features}", "shape-mismatch", 1)
-    out = np.asarray(x, dtype=np.float32)
+    with np.errstate(over="ignore"):  # beyond float32: inf, refused below
+        out = np.asarray(x, dtype=np.float32)
     bad = ~np.isfinite(out)
     if bad.any():
         r, c = (int(v) for v in np.argwhere(bad)[0])

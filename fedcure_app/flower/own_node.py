@@ -43,7 +43,7 @@ def own_node_data(cfg: Any, data: str | Path, *, index: int, name: str,
     from fedcure_app.data.own_federation import initial_edges
     from fedcure_app.federation import profiles_for
     from fedcure_app.flower.node_data import NodeData
-    from fedcure_app.models import build_model, cycles_key, model_signature
+    from fedcure_app.models import build_model, check_task_model, cycles_key, model_signature
 
     task = cfg.task
     if task is None:
@@ -51,6 +51,7 @@ def own_node_data(cfg: Any, data: str | Path, *, index: int, name: str,
                           "a task")
     label_column = label_column or cfg.data.label_column
     holdout = cfg.data.holdout if holdout is None else holdout
+    check_task_model(task)  # within bounds before any data is read
     part = read_client_data(data, task, label_column=label_column, holdout=holdout,
                             seed=cfg.run.seed)
     if len(part.y_train) == 0:

@@ -17,7 +17,7 @@ WITHDRAW_CODES: dict[str, str] = {
     "channel-mismatch": "file",    # an image of other channels than the task's (no convert)
     "unknown-class": "class",      # labels the task's class list lacks
     "not-finite": "value",         # a value that is not a finite float32
-    "too-large": "array",          # an array, image or file over the documented bounds
+    "too-large": "file",           # an image or an array over the documented bounds
     "symlink-outside": "link",     # a symbolic link out of the client's PATH
     "unreadable": "file",          # a file that cannot be read or decoded
     "bad-labels": "",              # labels of the wrong type or length
@@ -32,7 +32,7 @@ WITHDRAW_CODES: dict[str, str] = {
 #: A refusal's type name -> its code, for refusals that carry no ``code`` of their own.
 _BY_TYPE: dict[str, str] = {
     "UsageError": "task-mismatch",
-    "ConfigError": "task-mismatch",
+    "ConfigError": "task-refused",
     "ModelImportError": "model-refused",
     "TaskFileError": "task-refused",
     "ClientError": "read-failed",
