@@ -111,6 +111,11 @@ def run(args: argparse.Namespace, site_class: Callable[[argparse.Namespace], Any
         if code != 0:
             return code
     fedcure = json.loads((fedcure_dir / "result.json").read_text())
+    spacing = (fedcure.get("config", {}).get("run") or {}).get("eval-every", 1)
+    if spacing != 1:
+        log.warning("the FedCure run evaluated every %s global rounds, the peer evaluates every "
+                    "round: FedCure's time to target is read coarser (run it with "
+                    "--eval-every 1)", spacing)
     host_sps = (_read_json(fedcure_dir / "testbed.json") or {}).get("host_samples_per_s")
     peer_dir = out / args.peer
     sub = _sub_args(args, peer_dir, host_samples_per_s=host_sps or args.host_samples_per_s,
