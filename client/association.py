@@ -92,6 +92,7 @@ def config_of(reply: Any, args: argparse.Namespace) -> Any:
     cfg = build_config(json.loads(reply.config_json))
     own = getattr(args, "data", None)
     if cfg.task is not None:
+        check_task_consent(cfg.task.model, args)
         if not own:
             raise UsageError("the cloud runs a task on the clients' own data: give --data "
                              "PATH (this device's data)")
@@ -115,6 +116,21 @@ def config_of(reply: Any, args: argparse.Namespace) -> Any:
             log.warning("%s", note)
         cfg = apply_flat(cfg, {"data-dir": args.data_dir})
     return cfg
+
+
+def check_task_consent(model: str, args: argparse.Namespace) -> None:
+    """The cloud's task may name ``model``: built in, or an import path this client's owner
+    allowed (``--allow-model``, or the model of its own ``--task`` file); else
+    :class:`fedcure_app.data.model_consent.ModelNotAllowed` in one line."""
+    from fedcure_app.data.model_consent import check_consent, parse_allowed
+
+    allowed = parse_allowed(getattr(args, "allow_model", None))
+    own_task = getattr(args, "task", None)
+    if own_task:
+        from fedcure_app.data.task import load_task
+
+        allowed |= {load_task(own_task).model}
+    check_consent(model, allowed)
 
 
 def build_node_data(cfg: Any, index: int, name: str) -> Any:

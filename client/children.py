@@ -170,7 +170,8 @@ def start_executor(work: Path, port: int | None, env: dict[str, str],
 
     where = (["--runtime-api-address", f"127.0.0.1:{port}"] if port is not None
              else ["--runtime-api-address-file", str(work / RUNTIME_ADDRESS_FILE)])
-    argv = [sys.executable, "-m", "client.executor", *where,
+    # -P: its trainers build the task's model; no working folder on sys.path (model_consent)
+    argv = [sys.executable, "-P", "-m", "client.executor", *where,
             "--secret-file", str(work / "superexec.secret"), "--parent-pid", str(os.getpid())]
     if data_file is not None:
         argv += ["--data-file", str(data_file)]

@@ -112,13 +112,10 @@ def build_parser() -> argparse.ArgumentParser:
                           "under train/ and test/), an .npz with x and y, a CSV with a label "
                           "column, or a datasets.save_to_disk folder; read under the task the "
                           "cloud sends (no --dataset, no partition)")
-    own.add_argument("--allow-model", action="append", metavar="PATH[,PATH]",
-                     help="model import paths (package.module:factory) this client may import "
-                          "and run when the cloud's task names one; a task naming any other "
-                          "is refused at Claim (built-in models need no consent; repeatable)")
-    own.add_argument("--task", metavar="FILE",
-                     help="a task file of your own: the model import path it names is "
-                          "allowed (as --allow-model)")
+    own.add_argument("--allow-model", action="append", metavar="PATH[,PATH]", help="model "
+                     "import paths (package.module:factory) the cloud's task may name; any "
+                     "other is refused at Claim (built-ins need no consent; repeatable)")
+    own.add_argument("--task", metavar="FILE", help="your own task file: allows its model")
     own.add_argument("--label-column", help="label column of CSV data (default: the cloud's, "
                      "label)")
     own.add_argument("--holdout", type=float, metavar="F",

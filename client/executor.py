@@ -146,7 +146,7 @@ class Trainer:
         #: set on SIGTERM: every wait for the child ends with :class:`Stopping`
         self.stop = stop if stop is not None else threading.Event()
         self.load_timeout_s = load_timeout_s
-        self.argv = argv or [sys.executable, "-m", "client.trainer"]
+        self.argv = argv or [sys.executable, "-P", "-m", "client.trainer"]
         if data_file:
             self.argv = [*self.argv, "--data-file", str(data_file)]
         self.proc: Any = None  # subprocess.Popen or client.forked.ForkedProcess

@@ -65,7 +65,9 @@ def run_data_child(cfg: Any, module: str, args: list[str], out: Path, timeout_s:
         json.dump(cfg.model_dump(mode="json"), f)
         config_file = Path(f.name)
     try:
-        reply = json_child([sys.executable, "-m", module, "--config", str(config_file),
+        # -P: the working folder is not put on sys.path (a task that came over the network
+        # imports only what is installed or on PYTHONPATH: fedcure_app.data.model_consent)
+        reply = json_child([sys.executable, "-P", "-m", module, "--config", str(config_file),
                             "--out", str(out), *args], timeout_s, stop)
     finally:
         config_file.unlink(missing_ok=True)

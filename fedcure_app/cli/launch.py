@@ -330,7 +330,7 @@ def start_roles(cfg: FedCureConfig, args: argparse.Namespace, out: Path, roles: 
     says (default: all on 127.0.0.1); return the launch record."""
     from fedcure_app.data.names import client_name
     from fedcure_app.data.own import client_entries
-    from fedcure_app.data.task import BUILTIN_TASK_MODELS
+    from fedcure_app.data.model_consent import own_clients_consent
     from fedcure_app.runtime.processes import Child, free_port, free_ports
 
     logs, work = out / "logs", out / "work"
@@ -383,13 +383,7 @@ def start_roles(cfg: FedCureConfig, args: argparse.Namespace, out: Path, roles: 
         wait_edge_ready(child, site, site.host(f"edge{e}"), edge_ports[e],
                         work / f"edge{e}" / "serverapp.log")
     own = client_entries(cfg.data.clients_data) if cfg.task is not None else None
-    consent: list[str] = []
-    if cfg.task is not None and cfg.task.model not in BUILTIN_TASK_MODELS:
-        # one owner runs every role here: its clients allow its task's model, found where
-        # this command finds it (the working folder too, on their PYTHONPATH explicitly)
-        consent = ["--allow-model", cfg.task.model]
-        env = dict(env, PYTHONPATH=os.pathsep.join(
-            [os.getcwd(), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    consent, env = own_clients_consent(cfg.task, env)  # one owner runs every role here
     for i in range(n):
         data = ["--data", str(own[i].resolve())] if own else ["--num-partitions", str(n)]
         name = client_name(own[i]) if own else f"client-{i}"  # own data: its entry's name

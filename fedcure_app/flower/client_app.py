@@ -279,8 +279,13 @@ def deployed_state(context: Context) -> _DeployedState | None:
         ident = conf.get("client-id", conf.get("partition-id"))
         if ident is None:
             raise ValueError("node config has data-path but no client-id or partition-id")
-        path = str(node_file_for_path(config_from_run_config(context.run_config),
-                                      str(conf["data-path"]), int(ident)))
+        cfg = config_from_run_config(context.run_config)
+        if cfg.task is not None:  # the ServerApp's task: its model needs this node's consent
+            from fedcure_app.data.model_consent import check_consent, parse_allowed
+
+            check_consent(cfg.task.model, parse_allowed(str(conf.get("allow-model", ""))),
+                          "the run config's task")
+        path = str(node_file_for_path(cfg, str(conf["data-path"]), int(ident)))
         conf = {**conf, "client-id": int(ident)}
     if not path:
         return None

@@ -3,6 +3,8 @@ what it cannot (docs/security.md, "What a client can do")."""
 
 from __future__ import annotations
 
+import json
+import os
 import math
 
 import numpy as np
@@ -156,3 +158,124 @@ def test_exact_counts_must_sum_to_the_registered_count_and_noise_widens_it_bound
     assert sample_count_slack(10, 0.0, 5) == (0.0, 40.0)  # four samples in each of 10 classes
     with pytest.raises(Refused):
         check_sample_count(10**9, [3, 4], 1.0, 0)
+
+
+# ------------------------------------------------------------------ code needs consent
+def test_consent_allows_built_ins_and_the_owners_paths_only():
+    from fedcure_app.data.model_consent import ModelNotAllowed, check_consent, parse_allowed
+    from fedcure_app.errors import UsageError
+
+    allowed = parse_allowed(["pkg.models:small, other:f", "third:g"])
+    assert allowed == {"pkg.models:small", "other:f", "third:g"}
+    for model in ("cnn", "mlp", "digits", "pkg.models:small", "third:g"):
+        check_consent(model, allowed)
+    for model in ("cleanup:factory", "builtins:print", "pkg.models:other"):
+        with pytest.raises(ModelNotAllowed, match=f"--allow-model {model}") as err:
+            check_consent(model, allowed)
+        assert "\n" not in str(err.value) and err.value.code == "model-refused"
+    with pytest.raises(UsageError, match="not an import path"):
+        parse_allowed(["os.system"])
+
+
+def _claim_reply(model: str):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(config_json=json.dumps(config_with_task(model)), num_partitions=2)
+
+
+def test_a_cloud_task_naming_an_import_path_needs_the_clients_consent(tmp_path):
+    import argparse
+
+    from client.association import config_of
+    from fedcure_app.data.model_consent import ModelNotAllowed
+
+    args = argparse.Namespace(data=str(tmp_path), dataset=None, allow_model=None, task=None)
+    assert config_of(_claim_reply("mlp"), args).task.model == "mlp"  # built in: no consent
+    with pytest.raises(ModelNotAllowed):
+        config_of(_claim_reply("builtins:print"), args)
+    args.allow_model = ["examples.custom_model:factory"]
+    assert config_of(_claim_reply("examples.custom_model:factory"), args).task is not None
+    with pytest.raises(ModelNotAllowed):  # consent is for the exact path
+        config_of(_claim_reply("examples.custom_model:other"), args)
+    own = tmp_path / "mine.toml"
+    own.write_text('[task]\nclasses = ["x", "y"]\nkind = "tabular"\nfeatures = 3\n'
+                   'model = "my_pkg.nets:tiny"\n')
+    args.allow_model, args.task = None, str(own)  # the client's own task file names it
+    assert config_of(_claim_reply("my_pkg.nets:tiny"), args).task.model == "my_pkg.nets:tiny"
+
+
+def test_a_cloud_task_cannot_import_a_module_from_the_clients_working_folder(tmp_path,
+                                                                              monkeypatch):
+    """The reproduction: ``cleanup.py`` beside the client, a task naming ``cleanup:factory``
+    (allowed by its owner, even): the client's data child never imports it from there."""
+    from client.own_data import read_own_data
+    from fedcure_app.config import build_config
+    from fedcure_app.flower.own_node import DataRefused
+
+    folder = tmp_path / "client-folder"
+    folder.mkdir()
+    (folder / "cleanup.py").write_text(
+        "from pathlib import Path\nPath('ran.txt').write_text('the cloud ran me')\n"
+        "def factory(shape, n):\n    raise SystemExit(0)\n")
+    (folder / "data.csv").write_text("a,b,c,label\n" + "".join(
+        f"{i},{i % 3},{i % 5},{'xy'[i % 2]}\n" for i in range(20)))
+    cfg = config_with_task("cleanup:factory")
+    monkeypatch.chdir(folder)
+    with pytest.raises(DataRefused, match="cannot import cleanup"):
+        read_own_data(build_config(cfg), 0, "c0", tmp_path / "node.npz",
+                      data=str(folder / "data.csv"), label_column=None, holdout=None,
+                      epsilon=0.0, min_count=0, timeout_s=120)
+    assert not (folder / "ran.txt").exists()
+
+
+def config_with_task(model: str) -> dict:
+    """A run's configuration (JSON) whose task names ``model``."""
+    from fedcure_app.config import FedCureConfig
+
+    cfg = FedCureConfig().model_dump(mode="json", by_alias=True)
+    cfg["federation"]["num-classes"] = 2
+    cfg["task"] = {"classes": ["x", "y"], "kind": "tabular", "features": 3, "model": model}
+    return cfg
+
+
+def test_a_cloud_task_naming_another_import_path_is_refused_at_claim_on_both_sides(
+        tmp_path, capsys, caplog):
+    import logging
+
+    from client.cli import main as client_main
+    from fedcure_app.config import build_config
+    from tests.deployment.fakes import start_cloud
+
+    cfg = config_with_task("builtins:print")  # would print on every client
+    cfg["federation"].update({"num-clients": 2, "num-edges": 1})
+    server = start_cloud(build_config(cfg), expected=2, timeout=30.0,
+                         initial=[np.zeros((2, 3), np.float32)])
+    try:
+        (tmp_path / "data.csv").write_text("a,b,c,label\n1,2,3,x\n4,5,6,y\n")
+        with caplog.at_level(logging.WARNING, logger="fedcure.cloud"):
+            code = client_main(["--cloud", server.address, "--insecure", "--name", "c0",
+                                "--data", str(tmp_path / "data.csv"), "--runtime", "flower",
+                                "--work-dir", str(tmp_path / "work"), "--connect-timeout",
+                                "10"])
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and "\n" not in err
+        assert "'builtins:print'" in err and "--allow-model builtins:print" in err
+        assert [r.getMessage() for r in caplog.records if "withdrew" in r.getMessage()] == [
+            "client 'c0' withdrew: model-refused (formation waits for 1 clients now)"]
+    finally:
+        server.stop()
+
+
+def test_a_launch_allows_its_own_tasks_model_to_its_own_clients_explicitly(tmp_path,
+                                                                         monkeypatch):
+    from fedcure_app.data.model_consent import own_clients_consent
+    from fedcure_app.data.task import parse_task
+
+    monkeypatch.chdir(tmp_path)
+    base = {"classes": ["x", "y"], "kind": "tabular", "features": 3}
+    assert own_clients_consent(parse_task({**base, "model": "mlp"}), {"A": "1"}) == (
+        [], {"A": "1"})
+    argv, env = own_clients_consent(parse_task({**base, "model": "mine:f"}),
+                                    {"PYTHONPATH": "/opt/x"})
+    assert argv == ["--allow-model", "mine:f"]
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(tmp_path), "/opt/x"]
