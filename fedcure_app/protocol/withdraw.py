@@ -34,6 +34,7 @@ _BY_TYPE: dict[str, str] = {
     "UsageError": "task-mismatch",
     "ConfigError": "task-refused",
     "ModelImportError": "model-refused",
+    "ModelNotAllowed": "model-refused",
     "TaskFileError": "task-refused",
     "ClientError": "read-failed",
 }
