@@ -87,6 +87,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--edges", type=int, required=True, help="edge servers (coalitions)")
     p.add_argument("--clients", type=int, help="client processes (required; with --task: "
                    "the entries of --clients-data)")
+    p.add_argument("--max-clients", type=int, metavar="N", help="with --clients-data: launch "
+                   "up to N entries (default: as many as the available memory holds)")
     add_run_options(p)
     p.add_argument("--device", choices=["cpu", "cuda", "auto"], default="cpu",
                    help="where every client trains (fedcure-client --device; default cpu)")
@@ -206,6 +208,13 @@ def check_inputs(args: argparse.Namespace, cfg: FedCureConfig) -> None:
             raise UsageError(str(err)) from None
     if cfg.task is None:
         check_dataset(cfg.data.dataset, cfg.data.data_dir)
+    else:  # one client process tree per --clients-data entry: as many as memory holds
+        from fedcure_app.runtime.launch_memory import available_bytes, clients_refusal
+
+        at_least(args, "max_clients", 1)
+        if why := clients_refusal(cfg.federation.num_clients, available_bytes(),
+                                  getattr(args, "max_clients", None)):
+            raise UsageError(why)
     check_out_dir(args.out)
     init_arrays(cfg, args)  # a model that does not fit the task, refused before any start
 

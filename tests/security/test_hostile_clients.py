@@ -279,3 +279,43 @@ def test_a_launch_allows_its_own_tasks_model_to_its_own_clients_explicitly(tmp_p
                                     {"PYTHONPATH": "/opt/x"})
     assert argv == ["--allow-model", "mine:f"]
     assert env["PYTHONPATH"].split(os.pathsep) == [str(tmp_path), "/opt/x"]
+
+
+# ------------------------------------------------------------------ launch's client cap
+def test_the_launch_cap_is_what_memory_holds_unless_max_clients_raises_it():
+    from fedcure_app.runtime.launch_memory import CLIENT_BYTES, clients_refusal, memory_cap
+
+    gib = 2**30
+    assert memory_cap(16 * gib) == 16 * gib // CLIENT_BYTES == 23
+    assert clients_refusal(23, 16 * gib, None) is None
+    why = clients_refusal(300, 16 * gib, None)
+    assert why is not None and "\n" not in why
+    assert "300 entries: about 205.1 GiB" in why and "16.0 GiB available" in why
+    assert "--max-clients 300" in why
+    assert clients_refusal(300, 16 * gib, 300) is None  # the user raised the cap
+    assert "more than --max-clients 200" in clients_refusal(300, 16 * gib, 200)
+
+
+def test_fedcure_launch_refuses_more_entries_than_memory_holds_in_one_line(
+        tmp_path, monkeypatch, capsys):
+    from fedcure_app.cli import main
+    from fedcure_app.data.task import parse_task, task_toml
+    from fedcure_app.runtime import launch_memory
+
+    clients = tmp_path / "clients"
+    clients.mkdir()
+    for i in range(5):
+        (clients / f"site-{i}.csv").write_text(
+            "a,b,label\n" + "".join(f"{j},{j % 3},{'lo' if j % 2 else 'hi'}\n"
+                                    for j in range(8)))
+    task = parse_task({"classes": ["lo", "hi"], "kind": "tabular", "features": 2})
+    (tmp_path / "task.toml").write_text(task_toml(task))
+    monkeypatch.setattr(launch_memory, "available_bytes", lambda: 3 * launch_memory.CLIENT_BYTES)
+    argv = ["launch", "--task", str(tmp_path / "task.toml"), "--clients-data", str(clients),
+            "--edges", "1", "--out", str(tmp_path / "out"), "--no-dashboard", "--no-progress"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "5 entries" in err and "room for 3" in err
+    assert "--max-clients 5" in err and not (tmp_path / "out").exists()
+    assert main([*argv, "--max-clients", "0"]) == 2
+    assert "--max-clients must be >= 1" in capsys.readouterr().err
