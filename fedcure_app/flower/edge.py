@@ -4,8 +4,10 @@ The same loop serves the simulation (the Flower executor, virtual SuperNodes) an
 deployed edge role (its own SuperLink). Per edge round it sends one ``train`` Message per client
 of the coalition, each built for its node (so every client gets its own CPU-frequency directive
 and training seed), pushes them with ``push_messages`` and pulls the replies with a short poll
-(``Grid.send_and_receive`` would sleep seconds between polls), then aggregates the answers with
-Flower's ``FedAvg.aggregate_train`` (weights = each client's ``num-examples`` = |D_n|).
+(``Grid.send_and_receive`` would sleep seconds between polls), then aggregates the answers: weighted by the sample counts the clients registered (the
+task's ``client_samples``, capped at ``max_client_weight``: :func:`edge_weights`), or, when
+the task carries none (the simulation), with Flower's ``FedAvg.aggregate_train`` weighted by
+each reply's ``num-examples`` = |D_n|.
 
 Message contents
 ----------------
@@ -18,14 +20,16 @@ Instruction (``RecordDict``):
   ``version``.
 
 Reply: ``"arrays"`` (the trained model) and one :class:`~flwr.app.MetricRecord` with
-``num-examples`` (|D_n|, the FedAvg weight), ``samples``, ``seconds``, ``f-applied-ghz``,
+``num-examples`` (|D_n|; the FedAvg weight only for a task without registered counts), ``samples``, ``seconds``, ``f-applied-ghz``,
 ``loss``, and optionally ``startup-s``: seconds of this message the client spent starting up
 (loading its trainer, model or data) rather than training; each edge round's slowest start-up
 adds to :attr:`EdgeResult.startup_s`.
 
 Failures
 --------
-A client whose reply is an error, is malformed, could not be pushed, or has not arrived within
+A client whose reply is an error, is malformed (or has a non-finite loss, time or frequency, a
+NaN/Inf model, or a model farther than the task's ``client_step_bound`` from the one it was
+sent), could not be pushed, or has not arrived within
 ``timeout_s`` seconds of the round's push is *dropped*: the round finishes with the clients that
 answered (FedAvg weights renormalised over them), the client is listed once in
 :attr:`EdgeResult.dropped` and gets no further rounds of this task. A round in which nobody
@@ -348,8 +352,8 @@ def run_edge_task(
     num_samples = 0
     startup_s = 0.0
     # messages live twice the round's timeout: a pull can block on a dead client's reply for up
-    # to half of it past the deadline (edge role: fedcure_app.flower.object_pulls), and the replies
-    # that came in meanwhile must still be there for the last pull
+    # to half of it past the deadline (edge role: fedcure_app.flower.fastpath.object_pulls), and the
+    # replies that came in meanwhile must still be there for the last pull
     ttl = None if timeout_s is None else max(1.0, 2.0 * float(timeout_s))
     for r in range(task.tau_e):
         if not active:
