@@ -242,6 +242,21 @@ def test_the_cloud_refuses_a_task_whose_model_is_too_large_at_start_in_one_line(
     assert len(lines) == 1 and "parameters, at most" in lines[0], done.stderr
 
 
+def test_a_client_refuses_a_huge_task_in_one_line_before_reading_any_data(tmp_path):
+    from fedcure_app.flower.own_node import own_node_data
+
+    huge = {"classes": ["a", "b"], "input-shape": [1, 65536, 65536]}
+    with pytest.raises(ConfigError) as info:  # what the role's config_of raises at Claim
+        build_config({"task": huge})
+    assert "\n" not in str(info.value) and "at most 3,145,728" in str(info.value)
+    wide = {"classes": [str(i) for i in range(100)], "input-shape": [3, 1024, 1024]}
+    cfg = build_config({"task": wide, "federation": {"num-classes": 100}})
+    missing = tmp_path / "never-read"
+    with pytest.raises(ModelImportError, match="parameters, at most"):
+        own_node_data(cfg, missing, index=0, name="c0")  # the model first: PATH is not read
+    assert withdraw_reason(ModelImportError("x")) == "model-refused"
+
+
 @pytest.mark.parametrize("mean, std", [(0.5, 1e-40), (1e308, 1.0), (0.0, 1e39)])
 def test_a_task_whose_normalised_range_is_not_float32_is_refused(mean, std):
     with pytest.raises(TaskFileError, match="not representable in float32"):
