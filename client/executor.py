@@ -11,8 +11,8 @@ It does, in one long-lived process, what Flower's SuperExec + ``flwr-clientapp``
 ask the SuperNode's Runtime API for a task (signed with the shared secret, as ``AcquireTask``)
 and its message and context, have the ClientApp run, push the reply and the task's status (with
 the task's token), and send task heartbeats meanwhile. Where the SuperNode serves them (FedCure's
-does) a task takes two requests, one each way (:mod:`fedcure_app.flower.task_batches`), instead
-of Flower's eight. The ClientApp itself runs in a
+does) a task takes two requests, one each way (:mod:`fedcure_app.flower.fastpath.task_batches`),
+instead of Flower's eight. The ClientApp itself runs in a
 :class:`Trainer` child (:mod:`client.trainer`) that keeps torch, the model and the data loaded;
 this process never imports torch. Only FedCure's own ClientApp is run: a run whose app names
 another ``clientapp`` component gets an error reply. ``fedcure-client`` starts it before its
@@ -53,8 +53,8 @@ from pathlib import Path
 from typing import Any
 
 from client.runtime_client import TaskToken, batch_objects, runtime_client, task_client
-from fedcure_app.flower import task_batches
-from fedcure_app.flower.object_pulls import quick_pulls
+from fedcure_app.flower.fastpath import task_batches
+from fedcure_app.flower.fastpath.object_pulls import quick_pulls
 from fedcure_app.protocol.text import printable
 from fedcure_app.runtime.tracing import set_role, trace
 
@@ -248,8 +248,9 @@ def run_task(client: Any, slot: TaskToken, token: str, task_id: int, trainer: Tr
              acquired_at: float | None = None, bundle: Any = None) -> str:
     """One ClientApp task, as ``flwr-clientapp`` runs it, over ``client`` with ``token`` in
     ``slot`` (:func:`task_client`); return its final sub-status. With ``bundle`` (the task's
-    input as the SuperNode's bundle route answered it, :mod:`fedcure_app.flower.task_batches`)
-    the input is read from it and the reply and status go back in one request.
+    input as the SuperNode's bundle route answered it,
+    :mod:`fedcure_app.flower.fastpath.task_batches`) the input is read from it and the reply and
+    status go back in one request.
 
     When ``trainer.stop`` is set (SIGTERM) the task ends at once: the message gets an error
     reply if the SuperNode still answers, else nothing (Flower's task-token expiry answers it)."""
@@ -430,7 +431,7 @@ def main(argv: list[str] | None = None) -> int:
     from flwr.supernode.runtime import run_clientapp
 
     # the SuperNode hands out a task before it holds the message's objects: retry them after
-    # 10 ms, not Flower's 1 s (fedcure_app.flower.object_pulls)
+    # 10 ms, not Flower's 1 s (fedcure_app.flower.fastpath.object_pulls)
     quick_pulls(run_clientapp, "pull_and_inflate_object_from_tree")
     batch_objects(run_clientapp)  # a message's objects in one request each way
     # forked while this process has one thread and has imported Flower (client.forked)

@@ -1,6 +1,6 @@
 """The executor's client of its SuperNode's Runtime API: Flower's HTTP client, with retries a
 stop ends at once, and a message's objects in one request each way where the SuperNode serves
-object batches (:mod:`fedcure_app.flower.object_batches`). One client runs every task, the
+object batches (:mod:`fedcure_app.flower.fastpath.object_batches`). One client runs every task, the
 task's token in its :class:`TaskToken` slot (Flower's ``flwr-clientapp`` builds one per task)."""
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def batch_objects(run_clientapp: ModuleType) -> bool:
     Flower differs."""
     from flwr.supercore.runtime import RuntimeHttpClient
 
-    from fedcure_app.flower.object_batches import batching_client, install_executor
+    from fedcure_app.flower.fastpath.object_batches import batching_client, install_executor
 
     batcher = install_executor(run_clientapp)
     if batcher is None:

@@ -9,9 +9,10 @@ module's ``time`` replaced by :class:`IdleClock`, whose ``sleep``
 
 - turns the idle 3 s into a back-off that starts at ``idle_min_s`` after a message was pulled
   and doubles up to ``idle_max_s``; against an edge's SuperLink, which holds a pull that finds
-  nothing until a message comes (:mod:`fedcure_app.flower.held_pulls`), an empty pull that took
-  :data:`~fedcure_app.flower.held_pulls.HELD_MIN_S` or more is followed by ``idle_min_s`` only,
-  so a waiting client asks once per hold and its message is answered the moment it is pushed;
+  nothing until a message comes (:mod:`fedcure_app.flower.fastpath.held_pulls`), an empty pull that
+  took :data:`~fedcure_app.flower.fastpath.held_pulls.HELD_MIN_S` or more is followed by
+  ``idle_min_s`` only, so a waiting client asks once per hold and its message is answered the
+  moment it is pushed;
 - turns the 0.5 s reply polls (an in-memory check) into a wait that the ClientApp's push ends
   (:func:`wake_on_replies`; ``reply_poll_s`` where the Runtime API cannot be hooked).
 
@@ -42,9 +43,9 @@ import time as _time
 from types import ModuleType
 from typing import Any
 
-from fedcure_app.flower.held_pulls import HELD_MIN_S
 from fedcure_app.flower.fastpath.gate import report_off, version_problem
-from fedcure_app.flower.object_pulls import quick_pulls
+from fedcure_app.flower.fastpath.held_pulls import HELD_MIN_S
+from fedcure_app.flower.fastpath.object_pulls import quick_pulls
 
 log = logging.getLogger("fedcure.client.supernode")
 
@@ -136,7 +137,7 @@ class IdleClock:
 
 def check_flower(module: ModuleType | None = None, version: str | None = None) -> list[str]:
     """Why the patch cannot be applied to this Flower (empty when it can)."""
-    outside = version_problem(version)
+    outside = version_problem(version, patch="idle_clock")
     problems: list[str] = [] if outside is None else [outside]
     if module is None:
         from flwr.supernode import start_client_internal as module  # type: ignore[no-redef]
@@ -186,7 +187,7 @@ def install(clock: IdleClock, module: ModuleType | None = None, waker: Any = Non
     module._pull_and_store_message = pull_and_reset
     module.time = clock  # type: ignore[attr-defined]
     # a message is listed before its objects land on the SuperLink: retry them after
-    # idle_min_s, not Flower's 1 s (fedcure_app.flower.object_pulls)
+    # idle_min_s, not Flower's 1 s (fedcure_app.flower.fastpath.object_pulls)
     quick_pulls(module, "pull_objects", clock.idle_min_s, clock.idle_max_s)
     return True
 
@@ -272,13 +273,13 @@ def main(argv: list[str] | None = None) -> None:
 
     set_role("supernode")
     # before Flower is imported: its unused SQL object store (SQLAlchemy, Alembic) stays out
-    from fedcure_app.flower.lazy_sql import defer_sql_object_store
+    from fedcure_app.flower.fastpath.lazy_sql import defer_sql_object_store
 
     defer_sql_object_store()
     trace_flower_log()  # FEDCURE_TRACE_DIR: Flower's receive/send log lines become events
     from client.wake import writer_from_env
 
-    from fedcure_app.flower.quiet_server import install as quiet_uvicorn
+    from fedcure_app.flower.fastpath.quiet_server import install as quiet_uvicorn
 
     quiet_uvicorn()  # its Runtime API server wakes every few seconds, not 10 times a second
     clock = clock_from_env()
@@ -288,18 +289,20 @@ def main(argv: list[str] | None = None) -> None:
                  clock.idle_min_s, clock.idle_max_s, clock.reply_poll_s)
     else:  # nothing will wake the executor: without the FIFO it polls with its short back-off
         drop_wake_fifo()
-    from fedcure_app.flower.batch_routes import install_server
-    from fedcure_app.flower.object_batches import install_client
+    from fedcure_app.flower.fastpath.batch_routes import install_server
+    from fedcure_app.flower.fastpath.object_batches import install_client
 
     install_client()  # a message's objects in one request each way (where the SuperLink can)
-    from fedcure_app.flower.message_batches import install_client as install_message_batches
+    from fedcure_app.flower.fastpath.message_batches import (
+        install_client as install_message_batches,
+    )
 
     install_message_batches()  # and a message with its objects in one request each way
     install_server(on="supernode")  # and the executor's, on this SuperNode's Runtime API
-    from fedcure_app.flower.task_batches import install_server as serve_task_bundles
+    from fedcure_app.flower.fastpath.task_batches import install_server as serve_task_bundles
 
     serve_task_bundles()  # a task's input in one request, its reply and status in another
-    from fedcure_app.flower.buffered_middleware import install as inline_middlewares
+    from fedcure_app.flower.fastpath.buffered_middleware import install as inline_middlewares
 
     if inline_middlewares():  # its Runtime API's middlewares without a task per request
         log.info("Flower's middlewares run inline on the Runtime API")

@@ -24,9 +24,9 @@ from flwr.superlink.grid import http_grid
 from edge_server.serve import serve_edge
 from edge_server.settings import EdgeSettings
 from fedcure_app.flower.app_config import AppOptions, app_options
-from fedcure_app.flower.message_batches import install_grid as install_reply_pulls
-from fedcure_app.flower.object_batches import install_grid
-from fedcure_app.flower.object_pulls import quick_pulls
+from fedcure_app.flower.fastpath.message_batches import install_grid as install_reply_pulls
+from fedcure_app.flower.fastpath.object_batches import install_grid
+from fedcure_app.flower.fastpath.object_pulls import quick_pulls
 from fedcure_app.runtime.tracing import set_role
 
 app = ServerApp()
@@ -44,8 +44,8 @@ def run_edge_role(grid: Grid, run_config: dict[str, Any], opts: AppOptions) -> N
     # a reply is listed before its objects land: retry them after 10 ms, not Flower's 1 s, and
     # give up on a reply whose objects never come (its client died uploading) after half the
     # edge timeout, not after the SuperLink's upload session expires
-    # (fedcure_app.flower.object_pulls; the messages live twice the timeout, so the other replies
-    # outlast that wait)
+    # (fedcure_app.flower.fastpath.object_pulls; the messages live twice the timeout, so the other
+    # replies outlast that wait)
     timeout = settings.edge_timeout_s
     quick_pulls(http_grid, "pull_objects", max_time_s=timeout / 2 if timeout else None)
     install_grid(grid, http_grid)  # a message's objects in one request each way

@@ -2,10 +2,10 @@
 
 The same SuperLink (same arguments, same code) with its two pull handlers wrapped so that a pull
 which finds nothing waits for a message instead of answering at once
-(:mod:`fedcure_app.flower.held_pulls`), its web server's worker pool wide enough for one
+(:mod:`fedcure_app.flower.fastpath.held_pulls`), its web server's worker pool wide enough for one
 held pull per client, and its web server's idle wake-ups cut from ten a second to one every few
-seconds (:mod:`fedcure_app.flower.quiet_server`). ``fedcure-edge`` starts its SuperLink this
-way. The holds come from the environment (:class:`fedcure_app.config.EdgeLinkConfig`:
+seconds (:mod:`fedcure_app.flower.fastpath.quiet_server`). ``fedcure-edge`` starts its SuperLink
+this way. The holds come from the environment (:class:`fedcure_app.config.EdgeLinkConfig`:
 ``FEDCURE_SUPERLINK_HOLD_S``, ``FEDCURE_SUPERLINK_REPLY_HOLD_S``,
 ``FEDCURE_SUPERLINK_THREADS``); a bad value stops it with one line and exit status 2.
 """
@@ -47,9 +47,9 @@ def main(argv: list[str] | None = None) -> None:
     except ConfigError as err:
         print(f"fedcure-edge: error: SuperLink settings: {err}", file=sys.stderr)
         raise SystemExit(2) from None
-    from fedcure_app.flower.held_pulls import install, widen_thread_pool
-    from fedcure_app.flower.quiet_server import install as quiet_uvicorn
-    from fedcure_app.flower.quiet_server import on_exit
+    from fedcure_app.flower.fastpath.held_pulls import install, widen_thread_pool
+    from fedcure_app.flower.fastpath.quiet_server import install as quiet_uvicorn
+    from fedcure_app.flower.fastpath.quiet_server import on_exit
 
     # the web server wakes every few seconds, not 10 times a second; its stop hook (on_exit)
     # is what lets held pulls go, so without it nothing is held
@@ -62,18 +62,18 @@ def main(argv: list[str] | None = None) -> None:
         log.info("held pulls: a SuperNode's up to %.3g s, the ServerApp's up to %.3g s "
                  "(%d worker threads)", cfg.superlink_hold_s, cfg.superlink_reply_hold_s,
                  cfg.superlink_threads)
-    from fedcure_app.flower.batch_routes import install_server
-    from fedcure_app.flower.object_batches import PULL_PATH, PUSH_PATH
+    from fedcure_app.flower.fastpath.batch_routes import install_server
+    from fedcure_app.flower.fastpath.object_batches import PULL_PATH, PUSH_PATH
 
     # a message's objects in one request each way: a SuperNode's and the edge ServerApp's
     if install_server(on="superlink"):
         log.info("object batches: %s, %s and the Runtime API's", PULL_PATH, PUSH_PATH)
-    from fedcure_app.flower.message_batches import (
+    from fedcure_app.flower.fastpath.message_batches import (
         PULL_MESSAGE_PATH,
         PUSH_MESSAGE_PATH,
         REPLIES_PATH,
     )
-    from fedcure_app.flower.message_routes import install_server as install_message_routes
+    from fedcure_app.flower.fastpath.message_routes import install_server as install_message_routes
 
     # a SuperNode's message in two requests (pull with objects and confirmation; push with
     # objects) instead of five; the ServerApp's replies with theirs in one pull
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> None:
                  REPLIES_PATH)
     if bell is not None:  # installed last, so it runs first: before the routes served in
         widen_thread_pool(cfg.superlink_threads)  # front of Flower's stack, held ones included
-    from fedcure_app.flower.buffered_middleware import install as inline_middlewares
+    from fedcure_app.flower.fastpath.buffered_middleware import install as inline_middlewares
 
     # Flower's middlewares without a task and two streams per Fleet and Runtime request
     # and their sync calls on the event loop, but for the held pulls, which wait in threads

@@ -370,8 +370,8 @@ class WarmClientConfig(_EnvSection):
 
 
 class EdgeLinkConfig(_EnvSection):
-    """How an edge's SuperLink answers pulls (:mod:`fedcure_app.flower.held_pulls`); local to
-    each edge. Times in seconds."""
+    """How an edge's SuperLink answers pulls (:mod:`fedcure_app.flower.fastpath.held_pulls`); local
+    to each edge. Times in seconds."""
 
     superlink_hold_s: float = Field(
         20.0, ge=0.0, le=25.0, description="how long a SuperNode's pull that finds no message "

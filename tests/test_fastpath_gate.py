@@ -116,3 +116,14 @@ def test_fedcure_version_prints_flowers_version_and_the_fast_path(capsys, monkey
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("fedcure ")
     assert out[1] == f"Flower {gate.flower_version()}, fast path on"
+
+
+def test_single_patches_can_be_turned_off_by_name():
+    env = {gate.PATCH_OFF_ENV: "held_pulls, quiet_server"}
+    version = bound(">=")
+    assert "held_pulls" in gate.version_problem(version, env=env, patch="held_pulls")
+    assert gate.version_problem(version, env=env, patch="quiet_server") is not None
+    assert gate.version_problem(version, env=env, patch="object_pulls") is None
+    assert gate.version_problem(version, env=env) is None  # the gate itself stays open
+    with pytest.raises(ValueError, match="no fast-path patch"):
+        gate.version_problem(version, env=env, patch="no_such_patch")

@@ -1,5 +1,5 @@
 """Flower's middlewares run inline on the Fleet and Runtime paths
-(:mod:`fedcure_app.flower.buffered_middleware`): every answer is the one Starlette's own
+(:mod:`fedcure_app.flower.fastpath.buffered_middleware`): every answer is the one Starlette's own
 ``BaseHTTPMiddleware`` gives, byte for byte, on Flower's real SuperNode app and on an app whose
 middlewares read the body, set state and headers and see the app's errors; other paths (a
 streaming response) still go through Starlette's code; and the inline path costs less."""
@@ -17,7 +17,7 @@ from fastapi.responses import Response, StreamingResponse
 from fastapi.testclient import TestClient
 from starlette.middleware.base import BaseHTTPMiddleware
 
-from fedcure_app.flower import buffered_middleware as bm
+from fedcure_app.flower.fastpath import buffered_middleware as bm
 
 PROTOBUF = {"content-type": "application/protobuf", "accept": "application/protobuf"}
 #: the event loop's thread in the app under test (set by its outermost middleware)

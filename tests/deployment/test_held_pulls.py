@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from client.supernode import IdleClock, install as install_supernode, wake_on_replies
 from client.wake import WAKE_FALLBACK_S, WAKE_QUICK_S, AskPacer
 from fedcure_app.config import ConfigError, EdgeLinkConfig
-from fedcure_app.flower import held_pulls
-from fedcure_app.flower.held_pulls import AwaitedObjects, Doorbell, check_flower, install
+from fedcure_app.flower.fastpath import held_pulls
+from fedcure_app.flower.fastpath.held_pulls import AwaitedObjects, Doorbell, check_flower, install
 
 
 # ------------------------------------------------------------------ a fake SuperLink's handlers

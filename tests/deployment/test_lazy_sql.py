@@ -1,6 +1,6 @@
 """The SuperNode imports no SQLAlchemy, and Flower's SQL object store still works when asked for
-(:mod:`fedcure_app.flower.lazy_sql`). Each case runs in a fresh interpreter: the stand-in has to
-be in place before Flower is imported."""
+(:mod:`fedcure_app.flower.fastpath.lazy_sql`). Each case runs in a fresh interpreter: the stand-in
+has to be in place before Flower is imported."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fedcure_app.flower.lazy_sql import defer_sql_object_store
+from fedcure_app.flower.fastpath.lazy_sql import defer_sql_object_store
 from tests.flower_range import above, below
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,7 +29,7 @@ def test_supernode_imports_leave_sqlalchemy_and_alembic_out() -> None:
     Alembic once the stand-in is in place, and its in-memory object store is Flower's own."""
     got = _run(
         "import sys, json\n"
-        "from fedcure_app.flower.lazy_sql import defer_sql_object_store\n"
+        "from fedcure_app.flower.fastpath.lazy_sql import defer_sql_object_store\n"
         "deferred = defer_sql_object_store()\n"
         "import client.supernode\n"
         "from flwr.supernode.cli.flower_supernode import flower_supernode\n"
@@ -46,7 +46,7 @@ def test_a_database_path_still_gets_flowers_sql_store() -> None:
     which stores and returns an object, and later calls use the real class directly."""
     got = _run(
         "import sys, json\n"
-        "from fedcure_app.flower.lazy_sql import defer_sql_object_store, SQL_MODULE\n"
+        "from fedcure_app.flower.fastpath.lazy_sql import defer_sql_object_store, SQL_MODULE\n"
         "defer_sql_object_store()\n"
         "from flwr.supercore.object_store import ObjectStoreFactory\n"
         "import flwr.supercore.object_store.object_store_factory as fac\n"
@@ -67,7 +67,7 @@ def test_other_flower_versions_and_a_loaded_module_are_left_alone() -> None:
     got = _run(
         "import json, sys\n"
         "import flwr.supercore.object_store.sql_object_store as real\n"
-        "from fedcure_app.flower.lazy_sql import defer_sql_object_store, SQL_MODULE\n"
+        "from fedcure_app.flower.fastpath.lazy_sql import defer_sql_object_store, SQL_MODULE\n"
         "print(json.dumps({'deferred': defer_sql_object_store(),\n"
         "  'same': sys.modules[SQL_MODULE] is real}))")
     assert got == {"deferred": False, "same": True}

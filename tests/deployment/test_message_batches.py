@@ -1,6 +1,6 @@
 """A Flower message in two requests between a SuperNode and the edge's SuperLink
-(fedcure_app/flower/message_batches.py, message_routes.py): the SuperLink's message routes, and
-the SuperNode's client driven by Flower's own pull and push steps."""
+(fedcure_app/flower/fastpath/message_batches.py, message_routes.py): the SuperLink's message routes,
+and the SuperNode's client driven by Flower's own pull and push steps."""
 
 from __future__ import annotations
 
@@ -25,10 +25,10 @@ from flwr.supercore.inflatable.inflatable_object import (get_all_nested_objects,
                                                          iterate_object_tree)
 from flwr.supercore.inflatable.inflatable_utils import ObjectPushError
 
-from fedcure_app.flower import batch_routes
-from fedcure_app.flower import message_batches as mb
-from fedcure_app.flower import message_routes as routes
-from fedcure_app.flower import object_batches as ob
+from fedcure_app.flower.fastpath import batch_routes
+from fedcure_app.flower.fastpath import message_batches as mb
+from fedcure_app.flower.fastpath import message_routes as routes
+from fedcure_app.flower.fastpath import object_batches as ob
 
 NODE = 9
 #: Flower's Fleet handlers the message routes call
@@ -334,7 +334,7 @@ def test_the_pull_still_holds_and_answers_with_the_objects_once_they_have_landed
     """The real held-pull wrapper of the SuperLink's handlers, through the pull route: a pull
     that finds nothing waits, and the edge's push of a message wakes it once the message's
     objects are in; the message comes back whole and confirmed."""
-    from fedcure_app.flower import held_pulls
+    from fedcure_app.flower.fastpath import held_pulls
 
     link, msg = Link(), _message()
     fleet = types.ModuleType("fleet_handlers")  # Flower's handlers' shapes: bound methods
@@ -410,7 +410,7 @@ def _served(monkeypatch, link: Link, routers, fast: bool = False):
     for router in routers:
         app.include_router(router)
     if fast:
-        from fedcure_app.flower.fast_routes import FastRoutes
+        from fedcure_app.flower.fastpath.fast_routes import FastRoutes
 
         app.add_middleware(FastRoutes, routes=routes.fast_routes())
     batcher = mb.MessageBatcher()

@@ -1,6 +1,6 @@
 """A message's objects in one request each way between a SuperNode and the edge's SuperLink
-(fedcure_app/flower/object_batches.py): the SuperLink's batch routes, and the SuperNode's client
-that batches what Flower asks of it one object at a time."""
+(fedcure_app/flower/fastpath/object_batches.py): the SuperLink's batch routes, and the SuperNode's
+client that batches what Flower asks of it one object at a time."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from flwr.supercore.inflatable.inflatable_utils import ObjectPushError, pull_obj
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fedcure_app.flower import batch_routes as routes
-from fedcure_app.flower import object_batches as ob
+from fedcure_app.flower.fastpath import batch_routes as routes
+from fedcure_app.flower.fastpath import object_batches as ob
 
 
 def _pull(node: int, oid: str, run: int = 7) -> PullObjectRequest:

@@ -13,7 +13,7 @@ from flwr.supercore.inflatable.inflatable_utils import ObjectUnavailableError, p
 from flwr.supernode import start_client_internal
 from flwr.supernode.runtime import run_clientapp
 
-from fedcure_app.flower.object_pulls import check_pull_function, quick, quick_pulls
+from fedcure_app.flower.fastpath.object_pulls import check_pull_function, quick, quick_pulls
 from tests.flower_range import above
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ import pytest
 import uvicorn
 from uvicorn.server import Server
 
-from fedcure_app.flower.quiet_server import check_uvicorn, install
+from fedcure_app.flower.fastpath.quiet_server import check_uvicorn, install
 
 
 def _quiet_class(tick_s: float) -> type:
@@ -87,7 +87,7 @@ def test_a_changed_uvicorn_is_left_alone():
 
 
 def test_what_holds_a_shutdown_back_is_let_go_when_the_server_is_told_to_stop():
-    from fedcure_app.flower.quiet_server import on_exit
+    from fedcure_app.flower.fastpath.quiet_server import on_exit
 
     server, thread, _ = _started(30.0)
     released: list[str] = []

@@ -26,9 +26,9 @@ from flwr.superlink.grid import http_grid
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fedcure_app.flower import message_batches as mb
-from fedcure_app.flower import message_routes as routes
-from fedcure_app.flower.batch_routes import gather_objects
+from fedcure_app.flower.fastpath import message_batches as mb
+from fedcure_app.flower.fastpath import message_routes as routes
+from fedcure_app.flower.fastpath.batch_routes import gather_objects
 
 RUN = 7
 TASK = types.SimpleNamespace(run_id=RUN, task_id=3)
@@ -204,7 +204,7 @@ def test_the_reply_route_is_answered_in_front_of_flowers_stack_behind_the_task_c
     from flwr.proto.runtime_pb2 import PullAppMessagesRequest
     from flwr.supercore.constant import TASK_TOKEN_HEADER
 
-    from fedcure_app.flower.fast_routes import FastRoutes
+    from fedcure_app.flower.fastpath.fast_routes import FastRoutes
 
     link = Link()
     rid = link.put(_reply(4, 2))
@@ -238,7 +238,7 @@ def test_the_reply_pull_holds_until_a_reply_and_all_its_objects_are_in():
 
     from flwr.proto.runtime_pb2 import PullAppMessagesRequest
 
-    from fedcure_app.flower import held_pulls
+    from fedcure_app.flower.fastpath import held_pulls
 
     link, msg = Link(), _reply(4, 2)
     objects = {o: v.deflate() for o, v in get_all_nested_objects(msg).items()}

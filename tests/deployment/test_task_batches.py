@@ -1,6 +1,6 @@
 """A ClientApp task in two requests between the executor and its SuperNode
-(fedcure_app/flower/task_batches.py): the SuperNode's routes over Flower's own handlers and node
-state, and the executor's side that reads the input and sends the reply and status."""
+(fedcure_app/flower/fastpath/task_batches.py): the SuperNode's routes over Flower's own handlers and
+node state, and the executor's side that reads the input and sends the reply and status."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from flwr.supercore.constant import TaskType
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fedcure_app.flower import task_batches as tb
+from fedcure_app.flower.fastpath import task_batches as tb
 
 NODE, RUN, SERIES = 5, 11, 3
 
@@ -284,7 +284,7 @@ def _supernode_app(monkeypatch, state, secret: bytes):
     kwargs = {k: v for k, v in {"state_factory": Factory(), "superexec_auth_secret": secret,
                                 "runtime_state_factory": Factory()}.items() if k in params}
     app = main.create_app(**kwargs)
-    from fedcure_app.flower.fast_routes import FastRoutes
+    from fedcure_app.flower.fastpath.fast_routes import FastRoutes
 
     assert any(m.cls is FastRoutes for m in app.user_middleware)  # served in front of Flower's
     app.state.runtime_state_factory = Factory()

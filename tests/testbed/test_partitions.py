@@ -28,7 +28,7 @@ from collections import Counter
 
 import pytest
 
-from fedcure_app.flower.held_pulls import DEFAULT_REPLY_HOLD_S
+from fedcure_app.flower.fastpath.held_pulls import DEFAULT_REPLY_HOLD_S
 from fedcure_app.flower.node_data import read_applied
 from fedcure_app.testbed import netns
 from tests.deployment.invariants import lost_updates, same_model, version_problems

@@ -1,4 +1,4 @@
-"""The object-batch routes (:mod:`fedcure_app.flower.object_batches`) on Flower's servers.
+"""The object-batch routes (:mod:`fedcure_app.flower.fastpath.object_batches`) on Flower's servers.
 
 - the edge's SuperLink (Fleet API, a SuperNode's side): ``POST /v1/fleet/fedcure-pull-objects``
   and ``/v1/fleet/fedcure-push-objects``, behind all of Flower's middlewares, so the node's
@@ -10,7 +10,7 @@
 
 Each inner request goes through Flower's own handler (looked up at call time, so the held
 pulls' and the reply wake-up's wrappers see every object). A pull reply stops adding contents
-past :data:`~fedcure_app.flower.object_batches.MAX_REPLY_BYTES` and answers the rest "not
+past :data:`~fedcure_app.flower.fastpath.object_batches.MAX_REPLY_BYTES` and answers the rest "not
 available yet", which the puller, as for any object not there yet, asks for again.
 """
 
@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from typing import Any, Callable
 
 from fedcure_app.flower.fastpath.gate import report_off, version_problem
-from fedcure_app.flower.object_batches import (
+from fedcure_app.flower.fastpath.object_batches import (
     MAX_REPLY_BYTES,
     PULL_PATH,
     PUSH_PATH,
@@ -250,14 +250,15 @@ def gather_objects(messages: Iterable[tuple[str, int, Any]], pull: Callable[[int
 
 
 def serve_routes(main: Any, types: dict[str, type], routers: list[Callable[[], Any]],
-                 what: str) -> bool:
+                 what: str, patch: str) -> bool:
     """Make every app ``main.create_app`` (Flower's SuperLink or SuperNode app factory) builds
     in this process serve each of ``routers()``, whose ``POST`` paths take the protobuf request
     ``types[path]``, their successful requests routine for Flower's access log; False (and a
-    warning that ``what`` are not served) when Flower differs from what this was written for."""
+    warning that ``what`` are not served) when Flower differs from what this was written for or
+    the gate keeps the fast path's ``patch`` off."""
     from flwr.supercore.protobuf import translation
 
-    problem = version_problem()
+    problem = version_problem(patch=patch)
     create = getattr(main, "create_app", None)
     known = getattr(translation, "PROTOBUF_REQUEST_TYPES", None)
     if problem or not callable(create) or not isinstance(known, dict):
@@ -294,7 +295,8 @@ def install_server(on: str = "superlink") -> bool:
     paths, routers = [RUNTIME_PULL_PATH, RUNTIME_PUSH_PATH], [runtime_batch_router]
     if on == "superlink":
         paths, routers = [*paths, PULL_PATH, PUSH_PATH], [*routers, batch_router]
-    return serve_routes(main, dict.fromkeys(paths, ObjectBatch), routers, "object batches")
+    return serve_routes(main, dict.fromkeys(paths, ObjectBatch), routers, "object batches",
+                        patch="object_batches")
 
 
 __all__ = ["BadBatch", "ForeignNode", "batch_router", "gather_objects", "install_server",

@@ -15,7 +15,7 @@ headers and body, the same ``request.state``, the app's exception raised from ``
 before. Every other path (the Control API, whose log and event streams do stream) goes through
 Starlette's own code unchanged.
 
-A held pull (:mod:`fedcure_app.flower.held_pulls`) only waits longer inside the app, which
+A held pull (:mod:`fedcure_app.flower.fastpath.held_pulls`) only waits longer inside the app, which
 inline is the same. A client that disconnects while its request is handled is noticed when
 the response is sent, as with any plain ASGI app.
 
@@ -105,7 +105,7 @@ def install(prefixes: tuple[str, ...] = BUFFERED_PREFIXES, threaded: tuple[str, 
         return True
     from fedcure_app.flower.fastpath.gate import version_problem
 
-    outside = version_problem()
+    outside = version_problem(patch="buffered_middleware")
     if outside is not None:
         log.debug("Flower's middlewares run as Starlette runs them: %s", outside)
         return False

@@ -11,6 +11,8 @@ get the fast path back.
 
 ``FEDCURE_FASTPATH=off`` in the environment closes the gate whatever the version (every role a
 launch starts inherits it): FedCure then runs Flower unchanged, at stock Flower's speed.
+``FEDCURE_FASTPATH_OFF=name,name`` turns single patches off (their names: :data:`PATCHES`), to
+measure what each one gains.
 """
 
 from __future__ import annotations
@@ -33,6 +35,11 @@ FORCE_ENV = "FEDCURE_FASTPATH"
 FLOWER_DISTRIBUTIONS = ("flwr", "flwr-nightly")
 #: the distribution whose requirement on Flower is the supported range
 FEDCURE_DISTRIBUTION = "fedcure"
+#: the environment variable naming patches to leave off (comma-separated names of PATCHES)
+PATCH_OFF_ENV = "FEDCURE_FASTPATH_OFF"
+#: every patch's name, as each asks :func:`version_problem` (fastpath/__init__.py lists them)
+PATCHES = ("object_pulls", "held_pulls", "lazy_sql", "object_batches", "message_batches",
+           "task_batches", "quiet_server", "buffered_middleware", "idle_clock")
 _OFF_VALUES = frozenset({"off", "0", "false", "no"})
 
 
@@ -88,12 +95,19 @@ def forced_off(env: dict[str, str] | None = None) -> bool:
 
 
 def version_problem(version: str | None = None, supported: SpecifierSet | str | None = None,
-                    env: dict[str, str] | None = None) -> str | None:
-    """Why the fast path must stay off for Flower ``version`` (default: the installed one), or
-    None when the version is in ``supported`` (default: :func:`supported_range`) and
-    ``FEDCURE_FASTPATH`` does not turn it off: the one check every patch makes."""
+                    env: dict[str, str] | None = None, patch: str | None = None) -> str | None:
+    """Why the fast path (or its patch named ``patch``) must stay off for Flower ``version``
+    (default: the installed one), or None when the version is in ``supported`` (default:
+    :func:`supported_range`) and the environment does not turn it off: the one check every
+    patch makes."""
     if forced_off(env):
         return f"the fast path is turned off ({FORCE_ENV} in the environment)"
+    if patch is not None:
+        if patch not in PATCHES:
+            raise ValueError(f"no fast-path patch is named {patch!r}")
+        off = (os.environ if env is None else env).get(PATCH_OFF_ENV, "")
+        if patch in {p.strip() for p in off.split(",")}:
+            return f"the patch {patch} is turned off ({PATCH_OFF_ENV} in the environment)"
     version = flower_version() if version is None else version
     spec = supported_range() if supported is None else SpecifierSet(str(supported))
     if spec is None:
@@ -145,6 +159,7 @@ def warn_if_off(prog: str, stream: IO[str] | None = None) -> bool:
     return True
 
 
-__all__ = ["FEDCURE_DISTRIBUTION", "FLOWER_DISTRIBUTIONS", "FORCE_ENV", "fast_path_on",
+__all__ = ["FEDCURE_DISTRIBUTION", "FLOWER_DISTRIBUTIONS", "FORCE_ENV", "PATCHES",
+           "PATCH_OFF_ENV", "fast_path_on",
            "flower_version", "forced_off", "remedy", "report_off", "summary", "supported_range",
            "version_problem", "warn_if_off"]

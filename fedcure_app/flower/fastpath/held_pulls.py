@@ -178,7 +178,7 @@ def _handler_modules() -> tuple[ModuleType, ModuleType]:
 def check_flower(fleet: ModuleType | None = None, runtime: ModuleType | None = None,
                  version: str | None = None) -> list[str]:
     """Why the SuperLink cannot be patched (empty when it can)."""
-    outside = version_problem(version)
+    outside = version_problem(version, patch="held_pulls")
     problems: list[str] = [] if outside is None else [outside]
     if fleet is None or runtime is None:
         fleet, runtime = _handler_modules()

@@ -70,7 +70,7 @@ def defer_sql_object_store(version: str | None = None) -> bool:
     """Put the stand-in in place of :data:`SQL_MODULE` (before Flower is imported); False,
     with the reason logged at debug level, when the fast path's gate is closed or the
     module is already loaded."""
-    problem = version_problem(version)
+    problem = version_problem(version, patch="lazy_sql")
     if problem is None and SQL_MODULE in sys.modules:
         problem = f"{SQL_MODULE} is already imported"
     if problem is not None:

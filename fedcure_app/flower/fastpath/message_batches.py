@@ -1,18 +1,18 @@
 """A Flower message in two requests between a SuperNode and the edge's SuperLink.
 
 Per message, Flower 1.41's SuperNode asks its SuperLink five times, even with the object
-batches of :mod:`fedcure_app.flower.object_batches`: ``PullMessages`` (held at the edge's
+batches of :mod:`fedcure_app.flower.fastpath.object_batches`: ``PullMessages`` (held at the edge's
 SuperLink until a message comes), one batch of the message's objects,
 ``ConfirmMessageReceived``, and for the reply ``PushMessages`` and one batch of the reply's
 objects. Each request costs the SuperNode an ECDSA signature and the SuperLink a signature check
-and its whole HTTP stack. The edge's SuperLink (:mod:`fedcure_app.flower.message_routes`) takes
-two instead:
+and its whole HTTP stack. The edge's SuperLink (:mod:`fedcure_app.flower.fastpath.message_routes`)
+takes two instead:
 
 - ``POST /v1/fleet/fedcure-pull-message``: Flower's own ``PullMessagesRequest`` (so Flower's
   node authentication checks it unchanged), answered by a :data:`MessagePullReply`: the
   serialized ``PullMessagesResponse``, the contents of the message's objects (up to
-  :data:`~fedcure_app.flower.object_batches.MAX_REPLY_BYTES`; an object left out is pulled as
-  before), and the ids of the messages the SuperLink confirmed received itself (those whose
+  :data:`~fedcure_app.flower.fastpath.object_batches.MAX_REPLY_BYTES`; an object left out is pulled
+  as before), and the ids of the messages the SuperLink confirmed received itself (those whose
   every object came along);
 - ``POST /v1/fleet/fedcure-push-message``: a :data:`MessagePush` (the node's id, the serialized
   ``PushMessagesRequest`` and the ``PushObjectRequest`` s of every object of the reply),
@@ -58,7 +58,7 @@ from typing import Any, Callable
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from fedcure_app.flower.fastpath.gate import report_off, version_problem
-from fedcure_app.flower.object_batches import route_unserved
+from fedcure_app.flower.fastpath.object_batches import route_unserved
 
 log = logging.getLogger("fedcure.flower.object_batches.messages")
 
@@ -378,13 +378,13 @@ def install_grid(grid: Any, http_grid: ModuleType | None = None) -> MessageBatch
     """Have the edge ServerApp run in this process pull its clients' replies, their objects
     and confirmations in one request per pull (:data:`REPLIES_PATH` on its SuperLink; Flower's
     ``http_grid``: its ``pull_objects`` and Runtime API client, the grid's own client too if it
-    is connected already), after :func:`fedcure_app.flower.object_batches.install_grid`, whose
-    batches stay the path for what the route leaves out; None (logged) when Flower differs."""
+    is connected already), after :func:`fedcure_app.flower.fastpath.object_batches.install_grid`,
+    whose batches stay the path for what the route leaves out; None (logged) when Flower differs."""
     if http_grid is None:
         from flwr.superlink.grid import http_grid  # type: ignore[no-redef]
 
     base = getattr(http_grid, "RuntimeHttpClient", None)
-    problem = version_problem()
+    problem = version_problem(patch="message_batches")
     for owner, names in ((http_grid, ("pull_objects", "RuntimeHttpClient")),
                          (base, ("PullMessages", "ConfirmMessageReceived", "_unary_unary"))):
         missing = [n for n in names if not callable(getattr(owner, n, None))]
@@ -408,7 +408,7 @@ def install_grid(grid: Any, http_grid: ModuleType | None = None) -> MessageBatch
 def check_flower(start: ModuleType, connection: ModuleType) -> list[str]:
     """Why the SuperNode's messages cannot go two requests each (empty when they can)."""
 
-    outside = version_problem()
+    outside = version_problem(patch="message_batches")
     problems = [] if outside is None else [outside]
     for module, name in ((start, "pull_objects"), (start, "push_object_contents_from_iterable"),
                          (start, "_push_messages"), (connection, "FleetHttpClient")):
@@ -432,8 +432,8 @@ def install_client(start: ModuleType | None = None,
                    connection: ModuleType | None = None) -> MessageBatcher | None:
     """Have the SuperNode run in this process pull and push each message in one request
     (Flower's ``start_client_internal`` and ``fleet_http_connection`` modules; after
-    :func:`fedcure_app.flower.object_batches.install_client`, whose batches stay the path for
-    what the routes leave out); None (logged) when Flower differs."""
+    :func:`fedcure_app.flower.fastpath.object_batches.install_client`, whose batches stay the path
+    for what the routes leave out); None (logged) when Flower differs."""
     if start is None:
         from flwr.supernode import start_client_internal as start  # type: ignore[no-redef]
     if connection is None:

@@ -1,14 +1,14 @@
-"""The message routes (:mod:`fedcure_app.flower.message_batches`) on the edge's SuperLink.
+"""The message routes (:mod:`fedcure_app.flower.fastpath.message_batches`) on the edge's SuperLink.
 
 ``POST /v1/fleet/fedcure-pull-message`` and ``/v1/fleet/fedcure-push-message``, behind all of
 Flower's middlewares: the node's signature is checked once per request (the pull carries
 Flower's own ``PullMessagesRequest``; the push names its node in ``node_id``, which Flower's
 node authentication reads when a request has no ``node``), and every inner request must name
 that node. Each step is Flower's own handler, looked up on ``fleet_handlers`` at call time, so
-the held pull and the reply wake-up of :mod:`fedcure_app.flower.held_pulls` apply: the pull
+the held pull and the reply wake-up of :mod:`fedcure_app.flower.fastpath.held_pulls` apply: the pull
 route holds like ``/v1/fleet/pull-messages`` (it waits in a worker thread: the SuperLink
-names it ``threaded`` for :mod:`fedcure_app.flower.buffered_middleware`), and every object of a
-pushed reply goes through the counting ``push_object``, so the edge's held pull of replies
+names it ``threaded`` for :mod:`fedcure_app.flower.fastpath.buffered_middleware`), and every object
+of a pushed reply goes through the counting ``push_object``, so the edge's held pull of replies
 wakes once the reply's objects are in.
 
 ``POST /v1/runtime/fedcure-pull-replies`` (:func:`pull_replies`, behind the task's token) is the
@@ -22,7 +22,7 @@ import logging
 from types import ModuleType
 from typing import Any, Callable
 
-from fedcure_app.flower.batch_routes import (
+from fedcure_app.flower.fastpath.batch_routes import (
     BadBatch,
     ForeignNode,
     _route,
@@ -31,7 +31,7 @@ from fedcure_app.flower.batch_routes import (
     parse_inner,
     serve_routes,
 )
-from fedcure_app.flower.message_batches import (
+from fedcure_app.flower.fastpath.message_batches import (
     PULL_MESSAGE_PATH,
     PUSH_MESSAGE_PATH,
     REPLIES_PATH,
@@ -39,7 +39,7 @@ from fedcure_app.flower.message_batches import (
     MessagePush,
     MessagePushReply,
 )
-from fedcure_app.flower.object_batches import MAX_REPLY_BYTES
+from fedcure_app.flower.fastpath.object_batches import MAX_REPLY_BYTES
 
 log = logging.getLogger("fedcure.flower.object_batches.messages")
 
@@ -216,8 +216,8 @@ def replies_router() -> Any:
 
 
 def fast_routes() -> dict[str, Any]:
-    """The three routes for :class:`~fedcure_app.flower.fast_routes.FastRoutes`: Flower's own
-    checks (the node's signature, the task's token) and handlers, without its HTTP stack."""
+    """The three routes for :class:`~fedcure_app.flower.fastpath.fast_routes.FastRoutes`: Flower's
+    own checks (the node's signature, the task's token) and handlers, without its HTTP stack."""
     from flwr.proto.fleet_pb2 import PullMessagesRequest
     from flwr.proto.runtime_pb2 import PullAppMessagesRequest
     from flwr.supercore.constant import TASK_TOKEN_HEADER
@@ -226,7 +226,7 @@ def fast_routes() -> dict[str, Any]:
     from flwr.superlink.dependencies.linkstate import get_linkstate
     from flwr.superlink.routers.fleet.node_auth import authenticate_node
 
-    from fedcure_app.flower.fast_routes import Route
+    from fedcure_app.flower.fastpath.fast_routes import Route
 
     def pull(request: Any, message: Any) -> Any:
         authenticate_node(request)
@@ -256,12 +256,13 @@ def install_server() -> bool:
     from flwr.proto.fleet_pb2 import PullMessagesRequest
     from flwr.proto.runtime_pb2 import PullAppMessagesRequest
 
-    from fedcure_app.flower import fast_routes as fast
+    from fedcure_app.flower.fastpath import fast_routes as fast
 
     return serve_routes(main, {PULL_MESSAGE_PATH: PullMessagesRequest,
                                PUSH_MESSAGE_PATH: MessagePush,
                                REPLIES_PATH: PullAppMessagesRequest},
-                        [message_router, replies_router], "message batches") and fast.install(
+                        [message_router, replies_router], "message batches",
+                        patch="message_batches") and fast.install(
         main, fast_routes, "message batches")
 
 

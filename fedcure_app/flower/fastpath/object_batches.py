@@ -8,8 +8,8 @@ costs the server its whole HTTP stack (uvicorn, Starlette's middlewares, the pro
 translation, checking the node's signature or the task's token), 10 ms or more of CPU on a
 small machine, and an edge serves dozens of clients.
 
-The servers (:mod:`fedcure_app.flower.batch_routes`) take a batch: an :data:`ObjectBatch` of
-serialized ``PullObjectRequest`` s (or ``PushObjectRequest`` s), answered by an
+The servers (:mod:`fedcure_app.flower.fastpath.batch_routes`) take a batch: an :data:`ObjectBatch`
+of serialized ``PullObjectRequest`` s (or ``PushObjectRequest`` s), answered by an
 :data:`ObjectBatchReply` of the serialized responses in the same order. This module is the
 callers' side, and changes no Flower logic: their client answers a ``PullObject`` for an object
 of the message being pulled from one batch request for all of that message's objects, and
@@ -294,7 +294,7 @@ def _patch_problem(what: str, needed: Iterable[tuple[ModuleType, str]]) -> bool:
     """True (and a warning that ``what`` go one by one) when Flower is outside the pinned
     range or a module lacks a name the patch replaces."""
     missing = [name for module, name in needed if not callable(getattr(module, name, None))]
-    problem = version_problem() or (f"Flower has no {', '.join(missing)}" if missing else "")
+    problem = version_problem(patch="object_batches") or (f"Flower has no {', '.join(missing)}" if missing else "")
     if problem:
         report_off(log, "%s go one by one: %s", what, problem)
     return bool(problem)

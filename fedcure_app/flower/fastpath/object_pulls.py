@@ -53,7 +53,7 @@ _MARK = "__fedcure_quick_pulls__"
 
 def check_pull_function(func: Any, version: str | None = None) -> list[str]:
     """Why ``func`` cannot be given short waits (empty when it can)."""
-    outside = version_problem(version)
+    outside = version_problem(version, patch="object_pulls")
     problems: list[str] = [] if outside is None else [outside]
     if not callable(func):
         return [*problems, f"{func!r} is not a function"]

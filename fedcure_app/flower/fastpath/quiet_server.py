@@ -70,7 +70,7 @@ def install(tick_s: float = DEFAULT_TICK_S, server_class: Any = None) -> bool:
         return True
     from fedcure_app.flower.fastpath.gate import report_off, version_problem
 
-    outside = version_problem()
+    outside = version_problem(patch="quiet_server")
     problems = ([] if outside is None else [outside]) + check_uvicorn(server_class)
     if problems:
         report_off(log, "uvicorn servers keep waking 10 times a second: %s",

@@ -2,8 +2,9 @@
 
 Flower 1.41's ClientApp side (``flwr-clientapp``, and FedCure's executor, which runs its code)
 takes a task with eight requests to its SuperNode: ``AcquireTask``, ``PullTaskInput``,
-``PullMessages``, the message's objects (one batch, :mod:`fedcure_app.flower.object_batches`),
-``ConfirmMessageReceived``; and after training ``PushMessages``, the reply's objects (one batch)
+``PullMessages``, the message's objects (one batch,
+:mod:`fedcure_app.flower.fastpath.object_batches`), ``ConfirmMessageReceived``; and after training
+``PushMessages``, the reply's objects (one batch)
 and ``PushTaskOutput``. Each costs both processes their whole HTTP stack, and on an edge's
 machine with dozens of clients, or on a small client device, that is most of a task's CPU but
 for the training itself.
@@ -35,8 +36,8 @@ from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-from fedcure_app.flower.batch_routes import gather_objects, log_first, serve_routes
-from fedcure_app.flower.object_batches import MAX_REPLY_BYTES, route_unserved
+from fedcure_app.flower.fastpath.batch_routes import gather_objects, log_first, serve_routes
+from fedcure_app.flower.fastpath.object_batches import MAX_REPLY_BYTES, route_unserved
 
 log = logging.getLogger("fedcure.flower.task_batches")
 
@@ -177,7 +178,7 @@ def serve_output(bundle: Any, state: Any, handlers: Any, task: Any) -> Any:
 
 
 def fast_routes() -> dict[str, Any]:
-    """The two routes for :class:`~fedcure_app.flower.fast_routes.FastRoutes`: Flower's own
+    """The two routes for :class:`~fedcure_app.flower.fastpath.fast_routes.FastRoutes`: Flower's own
     checks (the SuperExec signature, the task's token) and handlers, without its HTTP stack."""
     from flwr.proto.runtime_pb2 import AcquireTaskRequest
     from flwr.supercore.constant import TASK_TOKEN_HEADER
@@ -185,7 +186,7 @@ def fast_routes() -> dict[str, Any]:
     from flwr.supercore.dependencies.superexec import authenticate_superexec_request
     from flwr.supercore.dependencies.task import authenticate_task
 
-    from fedcure_app.flower.fast_routes import Route
+    from fedcure_app.flower.fastpath.fast_routes import Route
 
     def take(request: Any, message: Any) -> Any:
         state = get_runtime_state(request)
@@ -247,10 +248,10 @@ def install_server() -> bool:
     import flwr.supernode.main as main
     from flwr.proto.runtime_pb2 import AcquireTaskRequest
 
-    from fedcure_app.flower import fast_routes as fast
+    from fedcure_app.flower.fastpath import fast_routes as fast
 
     return serve_routes(main, {INPUT_PATH: AcquireTaskRequest, OUTPUT_PATH: TaskOutput},
-                        [task_router], "task bundles") and fast.install(
+                        [task_router], "task bundles", patch="task_batches") and fast.install(
         main, fast_routes, "task bundles")
 
 
