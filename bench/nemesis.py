@@ -24,6 +24,14 @@ by itself and every edge and client stops by itself. Then it checks and prints:
   at that round (``lost_updates``);
 - the final model is the last checkpoint's global model, bit for bit.
 
+``--hostile`` adds two hostile clients for the whole run (``bench/hostile/sitecustomize.py``):
+client :data:`LIAR` registers a forged count (1000× its histogram and samples, consistent, so
+registration takes it) and says 10⁹ examples in every reply; client :data:`SHIFTER` answers
+every edge round with its model shifted by 10 on every weight. Besides the invariants above it
+checks that the liar's count was registered as forged (its weight is then capped at
+``max-client-weight`` of its coalition) and that the shifter is dropped from every task of its
+coalition, whose edge goes on.
+
 Exit status 0 when every check passes, 1 when one fails, 2 on a usage error.
 
     sudo python3 bench/nemesis.py [--seconds 120] [--seed 1] [--out DIR] [--dry-run]
@@ -60,6 +68,8 @@ EDGE_TIMEOUT, DEADLINE_MIN = 5.0, 15.0
 PATIENCE = 240.0
 #: rounds the resumed cloud runs past its last checkpoint before it ends the run
 FINAL_ROUNDS = 2 * EDGES
+#: ``--hostile``: the client that forges its count, the one that shifts its updates
+LIAR, SHIFTER = 0, 3
 
 CONFIG = f"""
 [reliability]
@@ -163,6 +173,8 @@ class Nemesis:
         self.env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1",
                         GRPC_VERBOSITY=os.environ.get("GRPC_VERBOSITY", "NONE"))
         self.argv = {c.name: list(c.argv) for c in fed.roles.all()}
+        #: --hostile: two hostile clients run (the extra checks of :func:`hostile_checks`)
+        self.hostile = False
 
     # ------------------------------------------------------------------ roles
     def child(self, name: str) -> Any:
@@ -325,6 +337,25 @@ def checks(nem: Nemesis, target: int) -> list[tuple[str, bool, str]]:
     except (OSError, ValueError, KeyError) as err:
         same, detail = False, f"{type(err).__name__}: {err}"
     out.append(("final model = last checkpoint", same, detail))
+    if nem.hostile:
+        out.extend(hostile_checks(result))
+    return out
+
+
+def hostile_checks(result: dict[str, Any]) -> list[tuple[str, bool, str]]:
+    """``--hostile``: the liar's forged count was registered (and so capped, not refused), and
+    the shifter was dropped from every task of its coalition, which went on."""
+    clients = {c["name"]: c for c in result.get("clients", [])}
+    liar, shifter = clients.get(f"client-{LIAR}", {}), clients.get(f"client-{SHIFTER}", {})
+    samples = int(liar.get("samples", 0))
+    out = [("the liar's forged count is registered", samples >= 1000 and samples % 1000 == 0,
+            f"client-{LIAR} registered {samples} samples")]
+    own = [r for r in result.get("records", []) if r.get("coalition") == shifter.get("edge")]
+    kept = [r["task_id"] for r in own if shifter.get("id") not in (r.get("dropped") or [])]
+    out.append(("the shifted client is dropped, its edge goes on", bool(own) and not kept,
+                f"{len(own)} tasks of coalition {shifter.get('edge')}"
+                + (f"; client-{SHIFTER} aggregated in {kept[:5]}" if kept else
+                   f", client-{SHIFTER} dropped from each")))
     return out
 
 
@@ -354,6 +385,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--every", type=float, default=8.0, help="mean seconds between faults")
     p.add_argument("--out", type=Path, default=None, help="run folder (default: a temp dir)")
     p.add_argument("--dry-run", action="store_true", help="print the schedule and stop")
+    p.add_argument("--hostile", action="store_true", help=f"client-{LIAR} forges its count, "
+                   f"client-{SHIFTER} shifts its updates (bench/hostile/sitecustomize.py)")
     args = p.parse_args(argv)
     # a SIGTERM (a test stopping it, `timeout`) takes the same way out as Ctrl-C, through the
     # federation's clean-up: no role, namespace or cgroup is left behind
@@ -375,6 +408,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from tests.testbed.federation import Federation
 
+    if args.hostile:  # every role it starts imports the hook; it acts in two clients only
+        os.environ["PYTHONPATH"] = os.pathsep.join(
+            [str(ROOT / "bench" / "hostile"), *filter(None, [os.environ.get("PYTHONPATH")])])
+        os.environ.update(NEMESIS_LIAR=str(LIAR), NEMESIS_SHIFT=str(SHIFTER))
     out = args.out or Path(tempfile.mkdtemp(prefix="nemesis-"))
     out.mkdir(parents=True, exist_ok=True)
     (out / "nemesis.toml").write_text(CONFIG)
@@ -392,6 +429,7 @@ def main(argv: list[str] | None = None) -> int:
                  lambda: {a.coalition for a in fed.arrivals()} == set(range(EDGES)), PATIENCE)
         say(f"federation up in {out / 'run'}; faults begin", t0)
         nem = Nemesis(fed)
+        nem.hostile = args.hostile
         nem.run(faults, args.seconds)
         seen = len(fed.arrivals())
         for m in range(EDGES):

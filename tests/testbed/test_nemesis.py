@@ -86,3 +86,38 @@ def test_the_ci_seed_passes_every_invariant(tmp_path):
     print(stdout[-8000:], stderr[-4000:], sep="\n")
     assert proc.returncode == 0, stdout[-4000:] + stderr[-4000:]
     assert "every invariant holds" in stdout
+
+
+def test_the_hostile_checks_pass_only_when_the_liar_counts_and_the_shifter_is_dropped():
+    from bench.nemesis import LIAR, SHIFTER, hostile_checks
+
+    clients = [{"name": f"client-{i}", "id": i, "edge": i % 2, "samples": 300} for i in range(4)]
+    clients[LIAR]["samples"] = 300_000
+    records = [{"coalition": SHIFTER % 2, "task_id": f"t{k}", "dropped": [SHIFTER]}
+               for k in range(3)] + [{"coalition": 1 - SHIFTER % 2, "task_id": "u", "dropped": []}]
+    assert all(ok for _, ok, _ in hostile_checks({"clients": clients, "records": records}))
+    records[1]["dropped"] = []  # one task aggregated the shifted model
+    clients[LIAR]["samples"] = 300  # the forged count was not taken
+    assert not any(ok for _, ok, _ in hostile_checks({"clients": clients, "records": records}))
+
+
+@pytest.mark.skipif(os.environ.get("FEDCURE_TESTBED_TESTS") != "1",
+                    reason="a nemesis run with two hostile clients on a live testbed (root): "
+                           "set FEDCURE_TESTBED_TESTS=1")
+def test_a_forged_count_and_a_shifted_update_keep_every_invariant(tmp_path):
+    require_netns()
+    from tests.interrupts import end_process
+
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "bench" / "nemesis.py"), "--seconds", "30", "--seed",
+         str(CI_SEED), "--hostile", "--out", str(tmp_path / "nemesis")],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    try:
+        stdout, stderr = proc.communicate(timeout=1200)
+    finally:
+        end_process(proc, grace_s=90.0)
+    print(stdout[-8000:], stderr[-4000:], sep="\n")
+    assert proc.returncode == 0, stdout[-4000:] + stderr[-4000:]
+    assert "PASS  the shifted client is dropped" in stdout
+    assert "every invariant holds" in stdout
