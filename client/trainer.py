@@ -32,7 +32,7 @@ log = logging.getLogger("fedcure.client.trainer")
 def serve(conn: Connection, data_file: str | None = None) -> int:
     """Answer requests on ``conn`` until it closes; return the exit code. ``data_file``: the
     node data file to load before saying ready."""
-    from flwr.supercore.task_identity import TaskIdentity
+    from fedcure_app.flower.fastpath.roles import set_task_identity
 
     import fedcure_app.flower.client_app as client_app
 
@@ -60,9 +60,7 @@ def serve(conn: Connection, data_file: str | None = None) -> int:
             conn.send(("error", f"unknown request {kind!r}"))
             continue
         _, message, context, task_id, started_at, startup_s = request
-        TaskIdentity.task_id = int(task_id)
-        TaskIdentity.run_id = int(context.run_id)
-        TaskIdentity.node_id = int(context.node_id)
+        set_task_identity(task_id, context.run_id, context.node_id)
         client_app.task_started_at = float(started_at)
         client_app.task_startup_s = float(startup_s)
         try:

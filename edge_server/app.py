@@ -19,14 +19,11 @@ from typing import Any
 from flwr.app import Context
 from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
-from flwr.superlink.grid import http_grid
 
 from edge_server.serve import serve_edge
 from edge_server.settings import EdgeSettings
 from fedcure_app.flower.app_config import AppOptions, app_options
-from fedcure_app.flower.fastpath.message_batches import install_grid as install_reply_pulls
-from fedcure_app.flower.fastpath.object_batches import install_grid
-from fedcure_app.flower.fastpath.object_pulls import quick_pulls
+from fedcure_app.flower.fastpath.roles import tune_edge_grid
 from fedcure_app.runtime.tracing import set_role
 
 app = ServerApp()
@@ -43,13 +40,9 @@ def run_edge_role(grid: Grid, run_config: dict[str, Any], opts: AppOptions) -> N
     set_role(f"edge{settings.edge_id}")
     # a reply is listed before its objects land: retry them after 10 ms, not Flower's 1 s, and
     # give up on a reply whose objects never come (its client died uploading) after half the
-    # edge timeout, not after the SuperLink's upload session expires
-    # (fedcure_app.flower.fastpath.object_pulls; the messages live twice the timeout, so the other
-    # replies outlast that wait)
-    timeout = settings.edge_timeout_s
-    quick_pulls(http_grid, "pull_objects", max_time_s=timeout / 2 if timeout else None)
-    install_grid(grid, http_grid)  # a message's objects in one request each way
-    install_reply_pulls(grid, http_grid)  # and the replies with theirs in one pull
+    # edge timeout (the messages live twice the timeout, so the other replies outlast that
+    # wait); objects in one request each way, the replies with theirs in one pull
+    tune_edge_grid(grid, settings.edge_timeout_s)
     log(INFO, "[fedcure] edge %d: serving the cloud at %s; clients reach this SuperLink at %s",
         settings.edge_id, settings.cloud, settings.advertise)
     stats = serve_edge(grid, settings)

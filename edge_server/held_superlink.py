@@ -89,10 +89,9 @@ def main(argv: list[str] | None = None) -> None:
     if inline_middlewares(threaded=("/v1/fleet/pull-messages", "/v1/runtime/pull-messages",
                                     PULL_MESSAGE_PATH, REPLIES_PATH)):
         log.info("Flower's middlewares run inline on the Fleet and Runtime APIs")
-    from flwr.superlink.cli.flower_superlink import flower_superlink
+    from fedcure_app.flower.fastpath.roles import run_flower_superlink
 
-    sys.argv = ["flower-superlink", *(sys.argv[1:] if argv is None else argv)]
-    flower_superlink()
+    run_flower_superlink(sys.argv[1:] if argv is None else list(argv))
 
 
 if __name__ == "__main__":  # pragma: no cover

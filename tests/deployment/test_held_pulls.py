@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from client.supernode import IdleClock, install as install_supernode, wake_on_replies
+from fedcure_app.flower.fastpath.idle_clock import IdleClock, wake_on_replies
+from fedcure_app.flower.fastpath.idle_clock import install as install_supernode
 from client.wake import WAKE_FALLBACK_S, WAKE_QUICK_S, AskPacer
 from fedcure_app.config import ConfigError, EdgeLinkConfig
 from fedcure_app.flower.fastpath import held_pulls
@@ -296,7 +297,7 @@ def test_after_a_held_empty_pull_the_supernode_asks_again_at_once(monkeypatch):
 
     saved = loop.time, loop._pull_and_store_message, loop.pull_objects
     monkeypatch.setattr(held_pulls, "HELD_MIN_S", 0.05)
-    monkeypatch.setattr("client.supernode.HELD_MIN_S", 0.05)
+    monkeypatch.setattr("fedcure_app.flower.fastpath.idle_clock.HELD_MIN_S", 0.05)
     try:
         def held_pull(*args, **kwargs):
             time.sleep(0.06)  # the SuperLink held it

@@ -22,7 +22,7 @@ from client.executor import (
     read_secret,
     write_secret,
 )
-from client.supernode import IdleClock, check_flower, install
+from fedcure_app.flower.fastpath.idle_clock import IdleClock, check_flower, install
 from tests.flower_range import above, bound
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -303,7 +303,7 @@ def test_warm_client_settings_are_range_checked_from_the_environment():
 
 
 def test_idle_waits_stay_short_for_a_while_after_a_message_then_back_off():
-    from client.supernode import IdleClock
+    from fedcure_app.flower.fastpath.idle_clock import IdleClock
 
     now = [100.0]
     clock = IdleClock(0.01, 0.2, 0.01, sleep=lambda s: None, hot_s=2.0, hot_max_s=0.04,

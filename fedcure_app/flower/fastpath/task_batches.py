@@ -24,8 +24,9 @@ handlers, in one request each:
   push fails). Answered with a :data:`TaskOutputReply`.
 
 Every step calls Flower's handler looked up at call time, so the SuperNode's reply wake-up
-(:func:`client.supernode.wake_on_replies`) sees every push. An executor whose SuperNode does not
-serve the routes (answered 404) says so once and takes its tasks Flower's way from then on.
+(:func:`fedcure_app.flower.fastpath.idle_clock.wake_on_replies`) sees every push. An executor
+whose SuperNode does not serve the routes (answered 404) says so once and takes its tasks
+Flower's way from then on.
 """
 
 from __future__ import annotations
