@@ -242,11 +242,7 @@ class Arrivals:
         s.mark_unavailable(m)
         if task is not None:
             task.expired = why
-        new = [self.tasks.make(d, s) for d in s.refill()]
-        if new:
-            fault["detail"] += f"; dispatched {[t.dispatch.coalition for t in new]}"
-        self.durability.save(self.fed, required=False)
-        return new
+        return self._refill(fault)
 
     def refuse(self, m: int, task: TaskState, why: str) -> list[TaskState]:
         """Coalition m's edge model was refused: its task ends unaggregated (an answer to it
@@ -258,6 +254,12 @@ class Arrivals:
         if s.in_flight.get(m) is task.dispatch:
             del s.in_flight[m]
         task.expired = why
+        return self._refill(fault)
+
+    def _refill(self, fault: dict[str, Any]) -> list[TaskState]:
+        """Fill the free slots (queues unchanged), name the new tasks in ``fault``, checkpoint
+        (best effort); returns the new tasks."""
+        s = self.fed.strategy
         new = [self.tasks.make(d, s) for d in s.refill()]
         if new:
             fault["detail"] += f"; dispatched {[t.dispatch.coalition for t in new]}"
