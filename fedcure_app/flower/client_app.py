@@ -274,6 +274,7 @@ def deployed_state(context: Context) -> _DeployedState | None:
     path = conf.get("data-file")
     if not path and conf.get("data-path"):
         from fedcure_app.flower.app_config import config_from_run_config
+        from fedcure_app.data.errors import DatasetError
         from fedcure_app.flower.own_node import node_file_for_path
 
         ident = conf.get("client-id", conf.get("partition-id"))
@@ -285,7 +286,14 @@ def deployed_state(context: Context) -> _DeployedState | None:
 
             check_consent(cfg.task.model, parse_allowed(str(conf.get("allow-model", ""))),
                           "the run config's task")
-        path = str(node_file_for_path(cfg, str(conf["data-path"]), int(ident)))
+        try:
+            path = str(node_file_for_path(cfg, str(conf["data-path"]), int(ident)))
+        except DatasetError as err:  # its line names files: it stays in this node's log
+            from fedcure_app.flower.own_node import DataRefused
+            from fedcure_app.protocol.withdraw import withdraw_reason
+
+            log.error("data-path refused: %s", " ".join(str(err).split()))
+            raise DataRefused(f"data-path refused: {withdraw_reason(err)}") from None
         conf = {**conf, "client-id": int(ident)}
     if not path:
         return None

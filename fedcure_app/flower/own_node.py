@@ -93,7 +93,9 @@ def node_file_for_path(cfg: Any, data: str | Path, index: int) -> Path:
                           "config key task: a task file or its JSON)")
     p = Path(data).expanduser().resolve()
     if not p.exists():
-        raise DataRefused(f"data-path {p}: no such file or folder")
+        from fedcure_app.data.errors import ClientDataError
+
+        raise ClientDataError(f"data-path {p}: no such file or folder", "unreadable", 1)
     d = cfg.data
     key = json.dumps([str(p), os.stat(p).st_mtime_ns, cfg.task.model_dump_json(), d.holdout,
                       d.label_column, cfg.run.seed, index, cfg.federation.num_clients])

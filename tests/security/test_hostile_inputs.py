@@ -393,3 +393,25 @@ def test_at_the_epsilon_bound_a_noisy_histogram_stays_within_the_clouds_bounds(e
     noisy = private_histogram(np.asarray(counts), eps, rng=np.random.default_rng(0))
     door.check_label_counts(noisy.tolist(), len(counts), allow_zero=True)
     assert math.isfinite(float(noisy.sum()))
+
+
+def test_a_data_path_node_answers_its_refusal_as_a_code_and_logs_the_line(tmp_path, caplog,
+                                                                         monkeypatch):
+    """Under ``flwr run`` a node's refusal travels to the ServerApp as the ClientApp's error:
+    a code and a count there, the line in the node's own log."""
+    from flwr.app import Context, RecordDict
+
+    from fedcure_app.flower import app_config, client_app
+
+    write_csv(tmp_path / f"{PRIVATE}.csv", ["f0", "label"], [["1e39", "a"], ["1", "b"]])
+    cfg = build_config({"task": table_task(features=1).model_dump(),
+                        "federation": {"num-clients": 2, "num-edges": 1, "num-classes": 3}})
+    monkeypatch.setattr(app_config, "config_from_run_config", lambda _rc: cfg)
+    monkeypatch.setenv("FEDCURE_CACHE_DIR", str(tmp_path / "cache"))
+    ctx = Context(run_id=1, node_id=7, state=RecordDict(), run_config={},
+                  node_config={"data-path": str(tmp_path / f"{PRIVATE}.csv"), "partition-id": 0})
+    with caplog.at_level(logging.ERROR, logger="fedcure_app.flower.client_app"):
+        with pytest.raises(ValueError) as info:
+            client_app.deployed_state(ctx)
+    assert str(info.value) == "data-path refused: not-finite: 1 value"
+    assert any(PRIVATE in r.getMessage() for r in caplog.records)
