@@ -98,11 +98,13 @@ def last_error(child: Any) -> str:
 
 def supervise(roles: Any, status: StatusPoller, rounds: int, args: argparse.Namespace,
               stop: threading.Event, result_path: Path | None = None,
-              exit_grace_s: float = 30.0) -> tuple[int, str]:
+              exit_grace_s: float = 120.0) -> tuple[int, str]:
     """Wait for the cloud to finish; return (exit code, reason).
 
     A cloud that reported DONE and wrote ``result_path`` but has not exited ``exit_grace_s``
-    later is stopped (and the run counts as done)."""
+    later is stopped (and the run counts as done). The grace covers the cloud's last writes
+    after ``result.json`` (the plots; the model's ``torch.export`` precedes it and takes tens
+    of seconds on a loaded host)."""
     from rich.console import Console
     from rich.progress import Progress, TextColumn
 

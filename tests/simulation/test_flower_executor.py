@@ -189,6 +189,15 @@ def test_end_to_end_on_the_simulation_runtime_matches_the_inprocess_run(flower_r
     assert (out / "0" / "result.json").is_file()
     assert sorted(p.name for p in (out / "0").glob("*.png")) == [
         "accuracy.png", "participation.png", "queues.png"]
+    # the run's model: a torch.export program that takes pixels / 16 (digits) and scores the
+    # run's final accuracy
+    import torch
+
+    program = torch.export.load(str(out / "0" / "model.pt2")).module()
+    raw = digits.x_test * np.float32(digits.std[0]) + np.float32(digits.mean[0])
+    with torch.no_grad():
+        pred = program(torch.from_numpy(raw)).argmax(1).numpy()
+    assert abs(float((pred == digits.y_test).mean()) - res["final_accuracy"]) < 1e-3
     fl = res["flower"]
     assert fl["dropped"] == [] and fl["edge_rounds"] == 2 * fl["tasks"] and fl["tasks"] >= 4
     assert sorted(int(c) for c in fl["node_of_client"]) == list(range(6))
