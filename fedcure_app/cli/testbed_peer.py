@@ -285,8 +285,8 @@ def run_fedavg(args: argparse.Namespace, cfg: FedCureConfig, site: Any, rounds: 
                  cfg.federation.num_clients, rounds)
         stopped = _wait_done(link, records, done, rounds, args.timeout, stop)
     finally:
-        for child in reversed(children):
-            child.stop(5.0)
+        _stop_all(children[1:])  # the SuperNodes together (each may wait out its grace)
+        _stop_all(children[:1])  # then the SuperLink
         site.teardown()
         for s, handler in previous.items():
             signal.signal(s, handler)
@@ -296,8 +296,8 @@ def run_fedavg(args: argparse.Namespace, cfg: FedCureConfig, site: Any, rounds: 
             indent=1, default=str))
     rows = _rows(records)
     if stopped:
-        log.warning("Flower's FedAvg %s after %d of %d rounds; the table uses those", stopped,
-                    max((r["round"] for r in rows), default=0), rounds)
+        log.warning("Flower's FedAvg %s at round %d of %d; the table uses the rounds made",
+                    stopped, max((r["round"] for r in rows), default=0), rounds)
     summary = {"method": "fedavg", "strategy": (_read_json(named) or {}).get("strategy"),
                "records": rows, "complete": done.is_file(), "stopped": stopped or None,
                "rounds": max((r["round"] for r in rows), default=0),
@@ -305,6 +305,14 @@ def run_fedavg(args: argparse.Namespace, cfg: FedCureConfig, site: Any, rounds: 
                **_client_work(_applied(work), cfg.method.tau_c)}
     (out / "result.json").write_text(json.dumps(summary, indent=1))
     return summary
+
+
+def _stop_all(children: list[Any], grace_s: float = 5.0) -> None:
+    threads = [threading.Thread(target=c.stop, args=(grace_s,)) for c in children]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
 
 
 def _wait_serving(link: Any, site: Any, address: str) -> None:
