@@ -207,6 +207,8 @@ def cut_partitions(cfg: FedCureConfig, work: Path) -> list[Path]:
 
 
 def _flwr_home(home: Path, address: str) -> dict[str, str]:
+    """Flower offline with its home in ``home`` (whose config.toml names the SuperLink for
+    ``flwr run``), and Flower's own SuperExec poll interval, not FedCure's shorter one."""
     import tomli_w
 
     from fedcure_app.runtime.processes import flower_env
@@ -215,7 +217,9 @@ def _flwr_home(home: Path, address: str) -> dict[str, str]:
     (home / "config.toml").write_text(tomli_w.dumps(
         {"superlink": {"default": CONNECTION, CONNECTION: {"address": address,
                                                            "insecure": True}}}))
-    return flower_env(home)
+    env = flower_env(home)
+    env.pop("FLWR_SUPEREXEC_TASK_POLL_INTERVAL", None)
+    return env
 
 
 def node_config(client: int, data_file: Path, site: Any) -> str:
