@@ -127,3 +127,12 @@ def test_single_patches_can_be_turned_off_by_name():
     assert gate.version_problem(version, env=env) is None  # the gate itself stays open
     with pytest.raises(ValueError, match="no fast-path patch"):
         gate.version_problem(version, env=env, patch="no_such_patch")
+
+
+def test_a_version_free_patch_applies_outside_the_range_and_with_the_gate_forced_closed():
+    for patch in gate.VERSION_FREE:
+        assert gate.version_problem(above(), env={}, patch=patch) is None
+        assert gate.version_problem(env={gate.FORCE_ENV: "off"}, patch=patch) is None
+        assert gate.version_problem(env={gate.PATCH_OFF_ENV: patch}, patch=patch) is not None
+    others = set(gate.PATCHES) - gate.VERSION_FREE
+    assert others and all(gate.version_problem(above(), env={}, patch=p) for p in others)

@@ -13,6 +13,7 @@ from flwr.supercore.inflatable.inflatable_utils import ObjectUnavailableError, p
 from flwr.supernode import start_client_internal
 from flwr.supernode.runtime import run_clientapp
 
+from fedcure_app.flower.fastpath import gate
 from fedcure_app.flower.fastpath.object_pulls import check_pull_function, quick, quick_pulls
 from tests.flower_range import above
 
@@ -98,4 +99,11 @@ def test_quick_pulls_patches_a_module_once_and_leaves_a_changed_flower_alone():
     assert not quick_pulls(module, "pull_objects")
     assert module.pull_objects is changed
     assert any("no longer takes" in p for p in check_pull_function(changed))
-    assert check_pull_function(pull, version=above())[0].startswith(f"flwr {above()} is outside")
+    # its own check is complete: it applies outside the supported range and with the gate
+    # forced closed too, and only FEDCURE_FASTPATH_OFF=object_pulls turns it off
+    assert check_pull_function(pull, version=above()) == []
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(gate.FORCE_ENV, "off")
+        assert check_pull_function(pull) == []
+        env.setenv(gate.PATCH_OFF_ENV, "object_pulls")
+        assert "object_pulls is turned off" in check_pull_function(pull)[0]

@@ -40,6 +40,10 @@ PATCH_OFF_ENV = "FEDCURE_FASTPATH_OFF"
 #: every patch's name, as each asks :func:`version_problem` (fastpath/__init__.py lists them)
 PATCHES = ("object_pulls", "held_pulls", "lazy_sql", "object_batches", "message_batches",
            "task_batches", "quiet_server", "buffered_middleware", "idle_clock")
+#: patches whose own check is complete whatever the version, so they apply outside the range
+#: too: ``object_pulls`` only passes keyword arguments the wrapped function's signature is
+#: checked to take (a Flower that renames or drops one keeps its own waits)
+VERSION_FREE = frozenset({"object_pulls"})
 _OFF_VALUES = frozenset({"off", "0", "false", "no"})
 
 
@@ -99,15 +103,17 @@ def version_problem(version: str | None = None, supported: SpecifierSet | str | 
     """Why the fast path (or its patch named ``patch``) must stay off for Flower ``version``
     (default: the installed one), or None when the version is in ``supported`` (default:
     :func:`supported_range`) and the environment does not turn it off: the one check every
-    patch makes."""
-    if forced_off(env):
-        return f"the fast path is turned off ({FORCE_ENV} in the environment)"
+    patch makes. A :data:`VERSION_FREE` patch answers to ``FEDCURE_FASTPATH_OFF`` only."""
     if patch is not None:
         if patch not in PATCHES:
             raise ValueError(f"no fast-path patch is named {patch!r}")
         off = (os.environ if env is None else env).get(PATCH_OFF_ENV, "")
         if patch in {p.strip() for p in off.split(",")}:
             return f"the patch {patch} is turned off ({PATCH_OFF_ENV} in the environment)"
+        if patch in VERSION_FREE:
+            return None
+    if forced_off(env):
+        return f"the fast path is turned off ({FORCE_ENV} in the environment)"
     version = flower_version() if version is None else version
     spec = supported_range() if supported is None else SpecifierSet(str(supported))
     if spec is None:
@@ -145,8 +151,8 @@ def summary() -> str:
     problem = version_problem()
     if problem is None:
         return f"Flower {flower_version()}, fast path on"
-    return (f"Flower {flower_version()}, fast path off: {problem}; Flower runs unchanged "
-            f"(edge rounds of up to a few seconds); for the fast path: {remedy()}")
+    return (f"Flower {flower_version()}, fast path off: {problem}; Flower runs unpatched "
+            f"(edge rounds of a few seconds); for the fast path: {remedy()}")
 
 
 def warn_if_off(prog: str, stream: IO[str] | None = None) -> bool:
@@ -160,6 +166,6 @@ def warn_if_off(prog: str, stream: IO[str] | None = None) -> bool:
 
 
 __all__ = ["FEDCURE_DISTRIBUTION", "FLOWER_DISTRIBUTIONS", "FORCE_ENV", "PATCHES",
-           "PATCH_OFF_ENV", "fast_path_on",
+           "PATCH_OFF_ENV", "VERSION_FREE", "fast_path_on",
            "flower_version", "forced_off", "remedy", "report_off", "summary", "supported_range",
            "version_problem", "warn_if_off"]
