@@ -17,7 +17,7 @@ from fedcure_app.cli.errors import (
     config_defaults_help,
 )
 from fedcure_app.cli.own_data import add_task_options, apply_task
-from fedcure_app.config import METHOD_PRESETS, FedCureConfig
+from fedcure_app.config import METHOD_PRESETS, PEER_METHODS, FedCureConfig
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +44,14 @@ _OPTIONS: dict[str, str] = {
     "momentum": "momentum",
     "tau_c_unit": "tau-c-unit",
     "ell": "ell",
+    "fraction": "fraction",
+    "buffer_k": "buffer-k",
+    "concurrency": "concurrency",
+    "server_lr": "server-lr",
+    "tiers": "tiers",
+    "frequency": "frequency",
+    "time_budget": "time-budget-s",
+    "eval_every_s": "eval-every-s",
 }
 
 
@@ -58,9 +66,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dataset", choices=["digits", "mnist", "cifar10", "svhn", "cinic10"])
     p.add_argument("--data-dir", help="directory holding the dataset files "
                    "(default: $FEDCURE_DATA_DIR, else ./data)")
-    p.add_argument("--method", choices=list(METHOD_PRESETS),
+    p.add_argument("--method", choices=[*METHOD_PRESETS, *PEER_METHODS],
                    help="one of the paper's methods: sets --formation and --scheduler "
-                   "(default: none, those two options decide)")
+                   "(default: none, those two options decide); or a peer on the same clock, "
+                   "devices and data: fedavg, hierfavg, fedbuff, fedat (docs/DESIGN.md, "
+                   "'The peers')")
     p.add_argument("--formation", choices=["fedcure", "none", "kmeans", "meanshift",
                                            "selfish", "pareto"])
     p.add_argument("--scheduler", choices=["fedcure", "greedy", "fair", "random"])
@@ -93,6 +103,21 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="SGD momentum of local training, fresh every edge round "
                    "(inprocess and batched executors only)")
     p.add_argument("--ell", type=float, help="ℓ, the cloud's base mixing weight (ξ = ℓ·k^φ)")
+    g = p.add_argument_group("the peers (with --method fedavg|hierfavg|fedbuff|fedat)")
+    g.add_argument("--fraction", type=float, help="fedavg: C, clients sampled per round (0.1)")
+    g.add_argument("--buffer-k", type=int, help="fedbuff: K, updates per server step (10)")
+    g.add_argument("--concurrency", type=int,
+                   help="fedbuff: clients training at once (default all)")
+    g.add_argument("--server-lr", type=float, help="fedbuff: η_g, server learning rate (1.0)")
+    g.add_argument("--tiers", type=int, help="fedat: latency tiers (5)")
+    g.add_argument("--frequency", choices=["top", "fedcure"],
+                   help="a peer's client CPU frequency: top (f_max, default) or fedcure "
+                   "(Theorem 2)")
+    p.add_argument("--time-budget", type=float, metavar="SECONDS",
+                   help="stop at the first global round at or past this simulated time")
+    p.add_argument("--eval-every-s", type=float, metavar="SECONDS",
+                   help="evaluate every this many simulated seconds instead of --eval-every "
+                   "rounds")
     add_device_option(p)
     p.add_argument("--workers", type=int,
                    help="worker processes training a coalition's clients in parallel "
@@ -212,7 +237,13 @@ def _summary_table(result: dict[str, Any]):
 
     for label, value in class_rows(result):
         t.add_row(label, value)
-    t.add_row("JSD initial → formed", f"{result['initial_jsd']:.4f} → {result['formed_jsd']:.4f}")
+    if result.get("method"):  # a peer: no coalitions formed, no queues
+        t.title = f"{result['method']} (peer) simulation"
+        t.add_row("client steps", f"{result['client_steps']:,}")
+        t.add_row("bytes on the cloud's links", f"{result['wan_bytes'] / 1e6:,.1f} MB")
+    else:
+        t.add_row("JSD initial → formed",
+                  f"{result['initial_jsd']:.4f} → {result['formed_jsd']:.4f}")
     t.add_row("simulated time", f"{result['simulated_seconds']:.1f} s")
     t.add_row("latency COV", f"{result['latency_cov']:.3f}")
     t.add_row("energy", f"{result['energy_j']:.1f} J")

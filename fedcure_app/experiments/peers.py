@@ -22,6 +22,9 @@ from matplotlib.figure import Figure
 from fedcure_app.config import FedCureConfig, apply_flat
 from fedcure_app.experiments.base import Section, markdown_table
 from fedcure_app.experiments.runner import Runner, RunSpec
+from fedcure_app.testbed.peer_table import TARGET_FRACTION
+from fedcure_app.testbed.peer_table import accuracy_at as last_accuracy_at
+from fedcure_app.testbed.peer_table import time_to_target as first_at_target
 
 NAME = "peers"
 TITLE = "Against the peers: time to accuracy on the same simulated devices"
@@ -29,8 +32,6 @@ TITLE = "Against the peers: time to accuracy on the same simulated devices"
 #: Display names, FedCure first.
 METHODS: dict[str, str] = {"fedcure": "FedCure", "fedavg": "FedAvg", "hierfavg": "HierFAVG",
                            "fedbuff": "FedBuff", "fedat": "FedAT"}
-#: Target = this fraction of the best method's median final accuracy.
-TARGET_FRACTION = 0.9
 #: Evaluations per run: one every budget / this many simulated seconds.
 EVALUATIONS = 20
 
@@ -48,24 +49,25 @@ def peer_specs(base: FedCureConfig, setting: str, seeds: int, budget_s: float,
     return out
 
 
-def evaluations(result: dict[str, Any]) -> list[tuple[float, float]]:
-    """(simulated s, accuracy) of every evaluation of a run, the initial model's at 0 s first."""
-    out = [(0.0, float(result["initial_accuracy"]))]
-    out += [(float(r["time_s"]), float(r["accuracy"])) for r in result["records"]
-            if r.get("accuracy") is not None]
-    return out
+def evaluations(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """A run's records with the initial model's evaluation at 0 s first."""
+    return [{"time_s": 0.0, "accuracy": result["initial_accuracy"]}, *result["records"]]
 
 
 def time_to_target(result: dict[str, Any], target: float,
                    budget_s: float = float("inf")) -> float | None:
     """Simulated seconds of the first evaluation at or above ``target`` within ``budget_s``
-    (None: never; the evaluation of the round that crosses the budget does not count)."""
-    return next((t for t, a in evaluations(result) if a >= target and t <= budget_s), None)
+    (None: never; the evaluation of the round that crosses the budget does not count), read
+    as the testbed's table reads wall-clock runs (:mod:`fedcure_app.testbed.peer_table`)."""
+    return first_at_target([r for r in evaluations(result) if float(r["time_s"]) <= budget_s],
+                           target)
 
 
 def accuracy_at(result: dict[str, Any], when_s: float) -> float:
     """Accuracy of the last evaluation at or before ``when_s`` simulated seconds."""
-    return [a for t, a in evaluations(result) if t <= when_s][-1]
+    found = last_accuracy_at(evaluations(result), when_s)
+    assert found is not None  # the initial evaluation is at 0 s
+    return found
 
 
 def run_total(result: dict[str, Any], key: str) -> float:

@@ -471,7 +471,8 @@ def simulate(
     if cfg.peers.peer != "none":
         from fedcure_app.simulation.peer_engine import simulate_peer
 
-        return simulate_peer(fed, executor, on_round=on_round, workers=workers, device=device)
+        return simulate_peer(fed, executor, on_round=on_round, workers=workers, device=device,
+                             on_model=on_model)
     own = executor is None
     if executor is None:
         if cfg.run.executor == "flower":

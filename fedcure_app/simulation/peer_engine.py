@@ -30,6 +30,7 @@ from fedcure_app.simulation.engine import Federation, eval_batch_size, make_exec
 from fedcure_app.simulation.executors import ClientExecutor
 from fedcure_app.simulation.pacing import EvalSchedule, local_steps, past_budget
 from fedcure_app.tasks import EdgeResult, EdgeTask, derive_seed
+from fedcure_app.trained.names import by_name, last_class_accuracy
 from fedcure_app.training import class_accuracy, evaluate
 
 log = logging.getLogger(__name__)
@@ -255,6 +256,8 @@ class PeerEngine:
         self._model = build_model(fed.dataset.model_spec, fed.dataset.num_classes).to(self.device)
         self._x = torch.from_numpy(fed.dataset.x_test).to(self.device)
         self._y = torch.from_numpy(fed.dataset.y_test).to(self.device)
+        #: the global model after the last round (None before :meth:`run`)
+        self.final_arrays: list[np.ndarray] | None = None
 
     def _evaluate(self, arrays: list[np.ndarray]) -> tuple[float, float, list[list[int]]]:
         set_weights(self._model, arrays)
@@ -293,6 +296,7 @@ class PeerEngine:
                 on_round(row)
             if last:
                 break
+        self.final_arrays = agg.arrays
         return self._summary(records, acc0, part, time.perf_counter() - wall0)
 
     def _summary(self, records: list[dict[str, Any]], acc0: float, part: np.ndarray,
@@ -304,11 +308,15 @@ class PeerEngine:
             "config": self.cfg.model_dump(mode="json", by_alias=True),
             "method": self.cfg.peers.peer,
             "dataset": self.fed.dataset.name,
-            "evaluation": "federated" if self.fed.dataset.task is not None else "central",
+            "evaluation": "federated" if self.fed.dataset.task is not None
+            and not self.fed.dataset.test_source else "central",
             "clients": list(self.fed.dataset.client_names) or None,
+            "withdrawn": dict(self.fed.dataset.withdrawn),
             "initial_accuracy": acc0,
             "final_accuracy": accs[-1] if accs else None,
             "best_accuracy": max(accs) if accs else None,
+            "class_accuracy_by_name": by_name(last_class_accuracy(records),
+                                              self.fed.dataset.class_names),
             "rounds": len(records),
             "simulated_seconds": records[-1]["time_s"] if records else 0.0,
             "energy_j": float(sum(r["energy_j"] for r in records)),
@@ -331,14 +339,20 @@ class PeerEngine:
 
 def simulate_peer(fed: Federation, executor: ClientExecutor | None = None, *,
                   on_round: Callable[[dict[str, Any]], None] | None = None,
-                  workers: int | None = 1,
-                  device: torch.device | str = "cpu") -> dict[str, Any]:
-    """Run the configured peer on ``fed`` (with ``executor``, else the configured one)."""
+                  workers: int | None = 1, device: torch.device | str = "cpu",
+                  on_model: Callable[[list[np.ndarray]], None] | None = None
+                  ) -> dict[str, Any]:
+    """Run the configured peer on ``fed`` (with ``executor``, else the configured one);
+    ``on_model(arrays)`` gets the final global model."""
     own = executor is None
     if executor is None:
         executor = make_executor(fed, workers, device=device)
     try:
-        return PeerEngine(fed, executor, device=device).run(on_round)
+        engine = PeerEngine(fed, executor, device=device)
+        result = engine.run(on_round)
+        if on_model is not None and engine.final_arrays is not None:
+            on_model(engine.final_arrays)
+        return result
     finally:
         if own:
             executor.close()
