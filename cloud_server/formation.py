@@ -19,6 +19,7 @@ import numpy as np
 
 from fedcure_app.config import FedCureConfig
 from fedcure_app.core.divergence import average_pairwise_jsd, coalition_label_counts
+from fedcure_app.core.weight_cap import capped_by_coalition
 from fedcure_app.devices import PopulationArrays
 from fedcure_app.federation import build_strategy, coalitions_of, form, prior_latency
 from cloud_server.state import ClientEntry, Federation
@@ -127,7 +128,9 @@ def build_federation(cfg: FedCureConfig, clients: Sequence[ClientEntry], initial
                           model_bytes, cfg.method.tau_e, cfg.devices.edge_link_mbps,
                           cfg.devices.edge_round_overhead_s,
                           cfg.devices.edge_round_client_samples)
-    samples = np.array([c.samples for c in clients], dtype=np.float64)
+    # the counts the edges weight by: registered, capped at max-client-weight of the coalition
+    samples = capped_by_coalition([c.samples for c in clients], coalitions,
+                                  cfg.reliability.max_client_weight)
     strategy = build_strategy(cfg, coalitions, samples,
                               population, prior, arrays, deployed=True)
     return Federation(strategy, tuple(clients), initial, assignment, formation, population, jsd)

@@ -76,4 +76,19 @@ def capped_counts(counts: Sequence[float] | np.ndarray, cap: float) -> np.ndarra
     return np.minimum(s, w * float(np.min(s[pos] / w[pos])))
 
 
-__all__ = ["cap_weights", "capped_counts"]
+def capped_by_coalition(counts: Sequence[float] | np.ndarray,
+                        coalitions: Sequence[Sequence[int]], cap: float) -> np.ndarray:
+    """Every client's count as :func:`capped_counts` gives it within its coalition (clients
+    are indices into ``counts``; a client in no coalition keeps its count; ``cap`` ≥ 1: the
+    counts unchanged): what the edges weight by and what the data shares δ_m sum."""
+    out = np.asarray(counts, dtype=np.float64).copy()
+    if cap >= 1.0:
+        return out
+    for members in coalitions:
+        idx = np.asarray(list(members), dtype=np.int64)
+        if idx.size and out[idx].sum() > 0:
+            out[idx] = capped_counts(out[idx], cap)
+    return out
+
+
+__all__ = ["cap_weights", "capped_by_coalition", "capped_counts"]

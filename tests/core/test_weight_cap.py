@@ -65,3 +65,12 @@ def test_one_liar_takes_at_most_the_cap_and_the_honest_keep_their_ratio():
 def test_bad_counts_or_cap_are_refused(counts, cap):
     with pytest.raises(ValueError):
         cap_weights(counts, cap)
+
+
+def test_capped_by_coalition_caps_each_coalition_apart_and_keeps_the_rest():
+    from fedcure_app.core.weight_cap import capped_by_coalition
+
+    counts = [100, 300, 10**9, 50, 7]
+    out = capped_by_coalition(counts, [[0, 1, 2], [3]], 0.5)
+    assert out.tolist() == [100, 300, 400, 50, 7]  # the liar held at the others' 400
+    assert capped_by_coalition(counts, [[0, 1, 2]], 1.0).tolist() == counts
