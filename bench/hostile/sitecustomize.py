@@ -1,9 +1,9 @@
-"""Two hostile clients for ``bench/nemesis.py --hostile`` (on ``PYTHONPATH`` of every role it
-starts; inert elsewhere): the client of index ``$NEMESIS_LIAR`` registers 1000× its label
+"""Two hostile clients for ``bench/nemesis.py --hostile`` and ``bench/hostile_launch.py`` (on
+``PYTHONPATH`` of every role they start; inert elsewhere): the client of index ``$NEMESIS_LIAR`` registers 1000× its label
 histogram and sample count (consistent, so registration takes them) and says 10⁹ examples in
 every reply; the client of index ``$NEMESIS_SHIFT`` answers every edge round with its model
 shifted by ``$NEMESIS_SHIFT_BY`` (default 10) on every weight. A process is that client when
-its command line names it (``--name client-I``) or its work folder (``/clientI/``)."""
+its command line names it (``--name client-I``) or its work folder (``…/clientI``)."""
 
 import importlib.abc
 import importlib.util
@@ -13,7 +13,7 @@ import sys
 
 def _is(index: str) -> bool:
     return bool(index) and any(a == f"client-{index}" or f"/client{index}/" in a
-                               for a in sys.argv)
+                               or a.endswith(f"/client{index}") for a in sys.argv)
 
 
 def _liar_association(module) -> None:
