@@ -294,7 +294,7 @@ def _start_dashboard(cfg: FedCureConfig, args: argparse.Namespace):
         host, port = check_bind(args.dashboard, args.dashboard_token)
     except DashboardError as err:
         raise UsageError(str(err)) from None
-    feed = SimulationFeed(cfg)
+    feed = SimulationFeed(cfg, central_test=getattr(args, "test_data", None) is not None)
     server = LiveServer(feed, host, port, token=args.dashboard_token)
     try:
         server.start()

@@ -21,7 +21,8 @@ from fedcure_app.trained.names import run_classes
 class SimulationFeed:
     """The live state of one simulation (call the feed for the current :class:`LiveState`)."""
 
-    def __init__(self, cfg: FedCureConfig) -> None:
+    def __init__(self, cfg: FedCureConfig, central_test: bool = False) -> None:
+        """``central_test``: the run evaluates on a central test set (``--test-data``)."""
         from fedcure_app.federation import profiles_for
 
         self.cfg = cfg
@@ -31,8 +32,10 @@ class SimulationFeed:
             global_rounds=cfg.run.global_rounds, clients_registered=0,
             expected_clients=cfg.federation.num_clients, edges_connected=0,
             num_edges=cfg.federation.num_edges, view=StrategyView(tau_e=cfg.method.tau_e),
-            # own data: the test split is the union of the clients' held-out parts
-            evaluation="federated" if cfg.task is not None else "central",
+            # own data: the test split is the union of the clients' held-out parts, unless a
+            # central test set was given
+            evaluation="federated" if cfg.task is not None and not central_test
+            else "central",
             classes=run_classes(cfg))
 
     def __call__(self) -> LiveState:

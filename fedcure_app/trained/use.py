@@ -81,9 +81,10 @@ def model_input(x: np.ndarray, task: TaskConfig) -> np.ndarray:
 def logits(run: RunModel, x: np.ndarray) -> torch.Tensor:
     """The model's logits for model inputs ``x`` (:func:`model_input`), in batches."""
     xt = torch.from_numpy(np.ascontiguousarray(x))
+    if not len(xt):
+        return torch.zeros((0, run.task.num_classes))
     with torch.inference_mode():
-        return torch.cat([run.module(xt[i:i + BATCH]) for i in range(0, len(xt), BATCH)]) \
-            if len(xt) else torch.zeros((0, run.task.num_classes))
+        return torch.cat([run.module(xt[i:i + BATCH]) for i in range(0, len(xt), BATCH)])
 
 
 def evaluate_data(run: RunModel, path: str | Path, label_column: str = "label"
