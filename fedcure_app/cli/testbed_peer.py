@@ -352,7 +352,9 @@ def _wait_done(link: Any, records: Path, done: Path, rounds: int, timeout_s: flo
             print(f"fedavg round {r['round']}/{rounds}: accuracy {100 * r['accuracy']:.1f} % "
                   f"at {r['time_s']:.1f} s", file=sys.stderr, flush=True)
         shown = len(rows)
-        if finished or why:
+        if finished:
+            return ""
+        if why:
             return why
         if link.poll() is not None:
             raise RuntimeError(f"flower-superlink exited with code {link.proc.returncode}")
