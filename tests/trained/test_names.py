@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedcure_app.config import FedCureConfig
@@ -17,6 +17,7 @@ accuracies = st.dictionaries(st.text(min_size=1, max_size=6),
                              st.one_of(st.none(), st.floats(0.0, 1.0)), max_size=12)
 
 
+@settings(deadline=None)  # a loaded host may take a while for one example
 @given(accuracies, st.integers(1, 5))
 def test_weakest_and_strongest_are_disjoint_ranked_and_cover_what_they_can(acc, k):
     weak, strong = extremes(acc, k)
