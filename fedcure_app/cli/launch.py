@@ -8,7 +8,7 @@ Flower SuperNode), all on free loopback ports, talking plaintext gRPC/HTTP on 12
 with ``--tls-dir``, a folder written by ``fedcure certs``). It waits for the run to finish, shows
 the progress from the cloud's ``Monitor.Status``, and leaves in ``--out``:
 
-- ``result.json``, the plots and ``final_model.safetensors`` (written by the cloud);
+- ``result.json``, plots, ``final_model.safetensors``, ``model.pt``/``.pt2`` (by the cloud);
 - ``config.json`` (the configuration every role used), ``launch.json`` (ports, pids, exit codes);
 - ``logs/cloud.log``, ``logs/edge<M>.log``, ``logs/client<I>.log``;
 - ``work/edge<M>/`` (SuperLink home and logs) and ``work/client<I>/`` (data file, SuperNode log,
