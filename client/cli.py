@@ -100,8 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=HelpFormatter)
     p.add_argument("--cloud", metavar="HOST:PORT",
                    help="the cloud's address (required unless --probe)")
-    p.add_argument("--name", help="stable client name (default <hostname>-<data folder> "
-                   "with --data, <hostname>-p<I> with --partition-id, else <hostname>)")
+    p.add_argument("--name", help="client name (default <host>-<data folder>|-p<I>, stable)")
     p.add_argument("--dataset", help="dataset the client holds; must match the cloud's "
                    "(default: the cloud's)")
     p.add_argument("--data-dir", metavar="DIR",
