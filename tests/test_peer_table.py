@@ -1,5 +1,6 @@
-"""Time to target read off FedCure's and a peer's runs the same way (fedcure_app.testbed.peer_table),
-and ``fedcure testbed``'s peer options' one-line errors (no root needed)."""
+"""Time to target read off FedCure's and a peer's runs the same way
+(fedcure_app.testbed.peer_table), and ``fedcure testbed``'s peer options' one-line errors (no
+root needed)."""
 
 from __future__ import annotations
 

@@ -62,7 +62,8 @@ def comparison(runs: Mapping[str, Mapping[str, Any]], target: float | None = Non
             for m, r in runs.items()}
     common = min(ends.values(), default=0.0)
     rows = [{"method": m, "time_to_target_s": time_to_target(r["records"], goal),
-             "final_accuracy": finals[m], "accuracy_at_common_s": accuracy_at(r["records"], common),
+             "final_accuracy": finals[m],
+             "accuracy_at_common_s": accuracy_at(r["records"], common),
              "wall_seconds": ends[m], "rounds": int(r["rounds"]),
              "client_steps": int(r["client_steps"])} for m, r in runs.items()]
     return {"target_accuracy": goal, "common_s": common, "rows": rows}
