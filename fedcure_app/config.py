@@ -27,6 +27,7 @@ from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_valid
                       model_validator)
 
 from fedcure_app.data.task import TaskConfig
+from fedcure_app.simulation.peer_config import PEER_METHODS, PeersConfig
 
 #: The smallest histogram ε but 0 (exact counts): Laplace noise of scale 1/ε = 1000 samples per
 #: class. Below it the noise swamps any real count, and noisy counts beyond the cloud's 10⁹
@@ -49,12 +50,6 @@ METHOD_PRESETS: dict[str, tuple[str, str]] = {
     "fedfair": ("fedcure", "fair"),
     "fedcure": ("fedcure", "fedcure"),
 }
-
-PeerName = Literal["none", "fedavg", "hierfavg", "fedbuff", "fedat"]
-#: The peers a user would run instead (docs/DESIGN.md, "The peers"): ``--method NAME`` runs one
-#: on the same simulated clock, devices and data (``fedcure_app.simulation.peer_engine``).
-PEER_METHODS: tuple[str, ...] = ("fedavg", "hierfavg", "fedbuff", "fedat")
-
 
 def _alias(name: str) -> str:
     return name.replace("_", "-")
@@ -99,30 +94,6 @@ class MethodConfig(_Section):
     )
     formation: FormationRule = Field("fedcure", description="coalition formation rule")
     scheduler: SchedulerName = Field("fedcure", description="coalition scheduler")
-
-
-class PeersConfig(_Section):
-    """Which peer runs instead of FedCure's hierarchy, with its paper's knobs (sources:
-    docs/benchmarks.md, "Against the peers")."""
-
-    peer: PeerName = Field("none", description="none (FedCure's hierarchy), or the peer to run: "
-                           "fedavg, hierfavg, fedbuff, fedat")
-    fraction: float = Field(0.1, gt=0.0, le=1.0, description="fedavg: C, the fraction of the "
-                            "clients sampled each round (McMahan et al. 2017: 0.1)")
-    buffer_k: int | None = Field(None, ge=1, le=1_000_000, description="fedbuff: K, client "
-                                 "updates per server step; None: 10 (Nguyen et al. 2022), at "
-                                 "most the concurrency")
-    concurrency: int | None = Field(None, ge=1, le=1_000_000, description="fedbuff: clients "
-                                    "training at once; None: all clients (the paper's 1000, "
-                                    "capped by the fleet)")
-    server_lr: float = Field(1.0, gt=0.0, le=100.0, description="fedbuff: η_g, the server "
-                             "learning rate of w ← w + η_g·mean(s(τ)·Δ)")
-    tiers: int | None = Field(None, ge=1, le=1_000_000, description="fedat: tiers the clients "
-                              "are cut into by latency; None: 5 (Chai et al. 2021), at most "
-                              "the clients")
-    frequency: Literal["top", "fedcure"] = Field(
-        "top", description="a peer's client CPU frequency: top (f_max, the peers have no "
-        "frequency rule) or fedcure (Theorem 2 with T̂ the round's predicted latency)")
 
 
 class FederationConfig(_Section):
@@ -184,14 +155,10 @@ class RunConfig(_Section):
     eval_every: int = Field(5, ge=1)
     seed: int = Field(0, ge=0, le=2**32 - 1)
     executor: ExecutorName = "inprocess"
-    eval_every_s: float | None = Field(
-        None, gt=0.0, le=1e9, allow_inf_nan=False, description="simulated seconds between "
-        "evaluations: the global model is evaluated at the first round at or past each "
-        "multiple (and at the last); None: every eval-every rounds")
-    time_budget_s: float | None = Field(
-        None, gt=0.0, le=1e9, allow_inf_nan=False, description="simulated seconds: the run "
-        "stops at the first global round at or past it (evaluated), or after global-rounds, "
-        "whichever comes first; None: global-rounds only")
+    eval_every_s: float | None = Field(None, gt=0.0, le=1e9, description="evaluate at the "
+                                       "first round past every this many simulated seconds")
+    time_budget_s: float | None = Field(None, gt=0.0, le=1e9, description="stop at the first "
+                                        "round at or past this simulated time")
     cuda_graphs: bool = Field(
         True, description="batched executor on a GPU: record each edge round as a CUDA graph "
         "and replay it (same results to float tolerance; off: the same ops launched one by one)")
@@ -425,14 +392,7 @@ class FedCureConfig(_Section):
 
     @model_validator(mode="after")
     def _peer_knobs_fit(self) -> "FedCureConfig":
-        p, n = self.peers, self.federation.num_clients
-        for name, value in (("concurrency", p.concurrency), ("tiers", p.tiers)):
-            if value is not None and value > n:
-                raise ValueError(f"peers.{name} ({value}) exceeds num_clients ({n})")
-        if p.buffer_k is not None and p.buffer_k > (p.concurrency or n):
-            raise ValueError(f"peers.buffer_k ({p.buffer_k}) exceeds the clients training at "
-                             f"once ({p.concurrency or n}): the buffer would never fill")
-        return self
+        return self.peers.check_fits(self.federation.num_clients) or self
 
     @property
     def concurrency(self) -> int:
@@ -442,24 +402,15 @@ class FedCureConfig(_Section):
         return max(1, math.ceil(self.federation.num_edges / 2))
 
     def with_method_preset(self, name: str) -> "FedCureConfig":
-        """Return a copy with formation and scheduler set from one of the paper's methods, or
-        running one of the :data:`PEER_METHODS` (no formation: a peer keeps the initial
-        partition)."""
-        new = self.model_copy(deep=True)
-        if name.lower() in PEER_METHODS:
-            new.peers.peer = name.lower()  # type: ignore[assignment]
-            new.method.formation = "none"
-            return new
-        try:
-            formation, scheduler = METHOD_PRESETS[name.lower()]
-        except KeyError:
-            raise ConfigError(
-                f"unknown method {name!r}; choose one of "
-                f"{', '.join([*METHOD_PRESETS, *PEER_METHODS])}"
-            ) from None
-        new.peers.peer = "none"
-        new.method.formation = formation  # type: ignore[assignment]
-        new.method.scheduler = scheduler  # type: ignore[assignment]
+        """A copy with formation and scheduler of one of the paper's methods, or running one
+        of the :data:`PEER_METHODS` (no formation: a peer keeps the initial partition)."""
+        key, new = name.lower(), self.model_copy(deep=True)
+        if key not in METHOD_PRESETS and key not in PEER_METHODS:
+            raise ConfigError(f"unknown method {name!r}; choose one of "
+                              f"{', '.join([*METHOD_PRESETS, *PEER_METHODS])}")
+        new.peers.peer = key if key in PEER_METHODS else "none"  # type: ignore[assignment]
+        new.method.formation, new.method.scheduler = METHOD_PRESETS.get(  # type: ignore
+            key, ("none", new.method.scheduler))
         return new
 
 

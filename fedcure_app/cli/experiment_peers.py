@@ -27,6 +27,8 @@ def add_peer_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--task", metavar="FILE", help="task file of the user's own data "
                    "(instead of --dataset; the setting is named 'own')")
     g.add_argument("--clients-data", metavar="DIR", help="with --task: one entry per client")
+    g.add_argument("--with-k-m", dest="peer_variants", action="store_true",
+                   help="also FedCure with every coalition training at once (K = M)")
 
 
 def _settings(args: argparse.Namespace) -> list[tuple[str, Any, Any, Any]]:
@@ -91,7 +93,8 @@ def run_peers(args: argparse.Namespace, workers: int | None, device: Any, progre
                         workers=workers, device=device, cache_only=args.cache_only,
                         jobs=args.jobs, parallel=run_parallel if args.jobs > 1 else None)
         sections.append(run_setting(setting, runner, cfg, out, seeds=b.seeds,
-                                    budget_s=budget_s, eval_samples=b.eval_samples))
+                                    budget_s=budget_s, eval_samples=b.eval_samples,
+                                    variants=args.peer_variants))
     return sections
 
 

@@ -80,7 +80,7 @@ class PeerClock:
         t_hat = float(self.pop.round_seconds(self.work[idx], self.bytes, top, idx=idx).max())
         m = self.cfg.method
         return np.atleast_1d(optimal_frequency(
-            self.pop.cycles(self.work[idx]) / 1.0, t_hat, alpha=m.alpha, gamma=m.gamma,
+            self.pop.cycles_per_sample[idx] * self.work[idx], t_hat, alpha=m.alpha, gamma=m.gamma,
             varsigma=m.varsigma, f_min_ghz=self.pop.f_min_ghz[idx], f_max_ghz=top))
 
     def round_cost(self, clients: list[int]) -> tuple[float, float, np.ndarray]:

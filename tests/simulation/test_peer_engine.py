@@ -4,8 +4,6 @@ plain PyTorch FedAvg loop, and every peer stops at the time budget with FedCure'
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 import torch
@@ -129,7 +127,7 @@ def _plain_fedavg(fed, rounds: int, steps: int, lr: float, batch: int, seed: int
 
 def test_fedavg_run_reaches_the_accuracy_of_a_plain_pytorch_fedavg_loop():
     torch.set_num_threads(1)
-    rounds, steps, lr, batch = 20, 5, 0.1, 32
+    rounds, steps, lr, batch = 30, 10, 0.1, 32  # to the plateau: seeds then move it < 1 point
     cfg = _cfg(**{"method": "fedavg", "fraction": 1.0, "num-clients": 5, "num-edges": 2,
                   "partition": "iid", "tau-c": steps, "lr": lr, "batch-size": batch,
                   "global-rounds": rounds, "eval-every": rounds})
@@ -193,4 +191,3 @@ def test_peer_knobs_out_of_range_are_refused_in_one_line():
         _cfg(tiers=9)
     with pytest.raises(ConfigError, match="fraction"):
         _cfg(fraction=0.0)
-    assert dataclasses.is_dataclass(EdgeResult)
