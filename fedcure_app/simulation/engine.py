@@ -44,7 +44,8 @@ from fedcure_app.models import (
     model_num_bytes,
     set_weights,
 )
-from fedcure_app.simulation.pacing import EvalSchedule, local_steps, past_budget
+from fedcure_app.simulation.pacing import (EvalSchedule, local_steps, past_budget,
+                                          record_totals)
 from fedcure_app.simulation.executors import (
     ClientExecutor,
     InProcessExecutor,
@@ -399,7 +400,6 @@ class SimulationEngine:
         fed = self.fed
         part = self.strategy.participation
         share = part / max(1, part.sum())
-        lat = np.array([r["latency_s"] for r in records])
         accs = [r["accuracy"] for r in records if r["accuracy"] is not None]
         counts = fed.partition.label_counts
         m = self.cfg.federation.num_edges
@@ -420,12 +420,7 @@ class SimulationEngine:
             # the last evaluation's per-class accuracy, keyed by class name
             "class_accuracy_by_name": by_name(last_class_accuracy(records),
                                               fed.dataset.class_names),
-            "rounds": len(records),
-            "simulated_seconds": records[-1]["time_s"] if records else 0.0,
-            "energy_j": float(sum(r["energy_j"] for r in records)),
-            "client_steps": int(sum(r["client_steps"] for r in records)),
-            "wan_bytes": int(sum(r["wan_bytes"] for r in records)),
-            "latency_cov": float(lat.std() / lat.mean()) if lat.size and lat.mean() > 0 else 0.0,
+            **record_totals(records),
             "wall_seconds": wall,
             "device": str(self.device),
             "conv_path": getattr(self.executor, "conv_path", None),

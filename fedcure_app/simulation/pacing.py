@@ -1,9 +1,11 @@
-"""When a simulated run evaluates and stops, and how much a client trains per edge round:
-shared by FedCure's engine and the peers' (``peer_engine``), so that both are measured alike."""
+"""When a simulated run evaluates and stops, how much a client trains per edge round, and what
+a run's records add up to: shared by FedCure's engine and the peers' (``peer_engine``), so that
+both are measured alike."""
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -46,4 +48,18 @@ def past_budget(cfg: FedCureConfig, now_s: float) -> bool:
     return budget is not None and now_s >= budget
 
 
-__all__ = ["EvalSchedule", "local_steps", "past_budget"]
+def record_totals(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """A run's rounds, simulated seconds, energy (J), client steps, bytes on the cloud's links
+    and the coefficient of variation of its round latencies, from its records."""
+    lat = np.array([r["latency_s"] for r in records])
+    return {
+        "rounds": len(records),
+        "simulated_seconds": records[-1]["time_s"] if records else 0.0,
+        "energy_j": float(sum(r["energy_j"] for r in records)),
+        "client_steps": int(sum(r["client_steps"] for r in records)),
+        "wan_bytes": int(sum(r["wan_bytes"] for r in records)),
+        "latency_cov": float(lat.std() / lat.mean()) if lat.size and lat.mean() > 0 else 0.0,
+    }
+
+
+__all__ = ["EvalSchedule", "local_steps", "past_budget", "record_totals"]

@@ -28,7 +28,8 @@ from fedcure_app.core.allocation import optimal_frequency
 from fedcure_app.models import build_model, set_weights
 from fedcure_app.simulation.engine import Federation, eval_batch_size, make_executor
 from fedcure_app.simulation.executors import ClientExecutor
-from fedcure_app.simulation.pacing import EvalSchedule, local_steps, past_budget
+from fedcure_app.simulation.pacing import (EvalSchedule, local_steps, past_budget,
+                                          record_totals)
 from fedcure_app.tasks import EdgeResult, EdgeTask, derive_seed
 from fedcure_app.trained.names import by_name, last_class_accuracy
 from fedcure_app.training import class_accuracy, evaluate
@@ -301,7 +302,6 @@ class PeerEngine:
 
     def _summary(self, records: list[dict[str, Any]], acc0: float, part: np.ndarray,
                  wall: float) -> dict[str, Any]:
-        lat = np.array([r["latency_s"] for r in records])
         accs = [r["accuracy"] for r in records if r["accuracy"] is not None]
         samples = self.fed.client_samples.astype(np.float64)
         return {
@@ -317,12 +317,7 @@ class PeerEngine:
             "best_accuracy": max(accs) if accs else None,
             "class_accuracy_by_name": by_name(last_class_accuracy(records),
                                               self.fed.dataset.class_names),
-            "rounds": len(records),
-            "simulated_seconds": records[-1]["time_s"] if records else 0.0,
-            "energy_j": float(sum(r["energy_j"] for r in records)),
-            "client_steps": int(sum(r["client_steps"] for r in records)),
-            "wan_bytes": int(sum(r["wan_bytes"] for r in records)),
-            "latency_cov": float(lat.std() / lat.mean()) if lat.size and lat.mean() > 0 else 0.0,
+            **record_totals(records),
             "wall_seconds": wall,
             "device": str(self.device),
             "conv_path": getattr(self.clock.executor, "conv_path", None),
