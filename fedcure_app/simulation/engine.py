@@ -44,8 +44,8 @@ from fedcure_app.models import (
     model_num_bytes,
     set_weights,
 )
-from fedcure_app.simulation.pacing import (EvalSchedule, local_steps, past_budget,
-                                          record_totals)
+from fedcure_app.simulation.pacing import (GPU_EVAL_BATCH, EvalSchedule, eval_batch_size,
+                                          local_steps, past_budget, record_totals)
 from fedcure_app.simulation.executors import (
     ClientExecutor,
     InProcessExecutor,
@@ -211,17 +211,6 @@ def make_executor(federation: Federation, workers: int | None = None, *,
     test = (torch.from_numpy(ds.x_test).float(), torch.from_numpy(ds.y_test).long())
     return ParallelExecutor(ds.model_spec, ds.num_classes, client_tensors(federation), n,
                             test_data=test)
-
-
-#: Test samples per forward pass when the global model is evaluated on a GPU: the test split in
-#: ten launches, with activations small enough (under 1 GiB for the CIFAR-10 CNN) that a dozen
-#: job processes share one GPU (on the CPU, 256 keeps activations in cache).
-GPU_EVAL_BATCH = 1000
-
-
-def eval_batch_size(device: torch.device | str) -> int:
-    """Evaluation batch for ``device``: :data:`GPU_EVAL_BATCH` on a GPU, else 256."""
-    return GPU_EVAL_BATCH if torch.device(device).type != "cpu" else 256
 
 
 @dataclass(order=True)
@@ -463,11 +452,6 @@ def simulate(
     fed = build_federation(cfg, dataset)
     if initial_arrays is not None:
         fed.initial_arrays = [np.asarray(a, dtype=np.float32) for a in initial_arrays]
-    if cfg.peers.peer != "none":
-        from fedcure_app.simulation.peer_engine import simulate_peer
-
-        return simulate_peer(fed, executor, on_round=on_round, workers=workers, device=device,
-                             on_model=on_model)
     own = executor is None
     if executor is None:
         if cfg.run.executor == "flower":
@@ -477,6 +461,14 @@ def simulate(
             )
         executor = make_executor(fed, workers, device=device)
     try:
+        if cfg.peers.peer != "none":  # a peer on the same clock (docs/DESIGN.md, "The peers")
+            from fedcure_app.simulation.peer_engine import PeerEngine
+
+            peer = PeerEngine(fed, executor, device=device)
+            result = peer.run(on_round)
+            if on_model is not None and peer.final_arrays is not None:
+                on_model(peer.final_arrays)
+            return result
         engine = SimulationEngine(fed, executor, device=device)
         result = engine.run(on_round, on_state)
         if on_model is not None:
@@ -488,7 +480,8 @@ def simulate(
 
 
 __all__ = [
-    "Federation", "SimulationEngine", "arrival_diagnostics", "build_federation",
+    "GPU_EVAL_BATCH", "Federation", "SimulationEngine", "arrival_diagnostics", "build_federation",
+    "eval_batch_size",
     "client_tensors", "make_executor",
     "make_inprocess_executor", "simulate",
 ]

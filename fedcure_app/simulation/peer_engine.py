@@ -26,10 +26,9 @@ import torch
 from fedcure_app.core import peers as rules
 from fedcure_app.core.allocation import optimal_frequency
 from fedcure_app.models import build_model, set_weights
-from fedcure_app.simulation.engine import Federation, eval_batch_size, make_executor
 from fedcure_app.simulation.executors import ClientExecutor
-from fedcure_app.simulation.pacing import (EvalSchedule, local_steps, past_budget,
-                                          record_totals)
+from fedcure_app.simulation.pacing import (EvalSchedule, eval_batch_size, local_steps,
+                                          past_budget, record_totals)
 from fedcure_app.tasks import EdgeResult, EdgeTask, derive_seed
 from fedcure_app.trained.names import by_name, last_class_accuracy
 from fedcure_app.training import class_accuracy, evaluate
@@ -58,7 +57,8 @@ class Aggregation:
 
 
 class PeerClock:
-    """The simulated devices, the clock's RNG and the executor, as the peers use them."""
+    """The simulated devices, the clock's RNG and the executor, as the peers use them (``fed``:
+    a :class:`fedcure_app.simulation.engine.Federation`, which builds the peers' runs)."""
 
     def __init__(self, fed: Federation, executor: ClientExecutor) -> None:
         self.fed = fed
@@ -332,27 +332,5 @@ class PeerEngine:
         }
 
 
-def simulate_peer(fed: Federation, executor: ClientExecutor | None = None, *,
-                  on_round: Callable[[dict[str, Any]], None] | None = None,
-                  workers: int | None = 1, device: torch.device | str = "cpu",
-                  on_model: Callable[[list[np.ndarray]], None] | None = None
-                  ) -> dict[str, Any]:
-    """Run the configured peer on ``fed`` (with ``executor``, else the configured one);
-    ``on_model(arrays)`` gets the final global model."""
-    own = executor is None
-    if executor is None:
-        executor = make_executor(fed, workers, device=device)
-    try:
-        engine = PeerEngine(fed, executor, device=device)
-        result = engine.run(on_round)
-        if on_model is not None and engine.final_arrays is not None:
-            on_model(engine.final_arrays)
-        return result
-    finally:
-        if own:
-            executor.close()
-
-
 __all__ = ["PAPER_BUFFER_K", "PAPER_TIERS", "PEER_RUNS", "Aggregation", "PeerClock",
-           "PeerEngine", "fedat_rounds", "fedavg_rounds", "fedbuff_rounds", "hierfavg_rounds",
-           "simulate_peer"]
+           "PeerEngine", "fedat_rounds", "fedavg_rounds", "fedbuff_rounds", "hierfavg_rounds"]
