@@ -189,6 +189,12 @@ def _check_flower_knobs(cfg: FedCureConfig, args: argparse.Namespace) -> None:
         if getattr(args, flag, None) is not None:
             raise UsageError(f"--{flag.replace('_', '-')}: not supported with --executor "
                              "flower; use --executor inprocess or batched")
+    clock_only = [flag for flag, on in ((f"--method {cfg.peers.peer}", cfg.peers.peer != "none"),
+                                        ("--time-budget", cfg.run.time_budget_s is not None),
+                                        ("--eval-every-s", cfg.run.eval_every_s is not None)) if on]
+    if clock_only:
+        raise UsageError(f"{', '.join(clock_only)}: runs on the simulated clock only; use "
+                         "--executor inprocess or batched")
     bad = simulation_only_knobs(cfg)
     if bad:
         raise UsageError(f"{', '.join('--' + k for k in bad)}: not supported with --executor "

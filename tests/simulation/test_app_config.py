@@ -38,7 +38,10 @@ def test_pyproject_declares_the_flower_app(flwr_table):
 
 def test_every_knob_can_be_overridden_with_run_config(flwr_table):
     table = flwr_table["app"]["config"]
-    simulator_only = {"executor", "cuda-graphs"}  # the ServerApp trains through ClientApps
+    # the ServerApp trains through ClientApps; the peers and the time budget run on the
+    # simulated clock only (fedcure simulate refuses them with --executor flower)
+    simulator_only = {"executor", "cuda-graphs", "peer", "fraction", "buffer-k", "concurrency",
+                      "server-lr", "tiers", "frequency", "time-budget-s", "eval-every-s"}
     want = set(flat_keys()) - simulator_only | {"method"}
     assert want <= set(table), want - set(table)
     assert set(table) == set(default_run_config()) - simulator_only
