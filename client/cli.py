@@ -290,7 +290,6 @@ def run_client(args: argparse.Namespace, stop: threading.Event) -> int:
             from client.wake import WAKE_ENV, make_fifo
 
             from fedcure_app.flower.fastpath.gate import fast_path_on
-
             # the SuperNode wakes the executor (only a patched one: else the executor polls)
             fifo = make_fifo(work / "wake.fifo") if fast_path_on() else None
             if fifo is not None:
@@ -435,7 +434,6 @@ def check_own_data_flags(args: argparse.Namespace) -> None:
         raise UsageError(f"--holdout {args.holdout}: must be in [0, 1)")
     eps = args.histogram_epsilon
     from fedcure_app.config import MIN_HISTOGRAM_EPSILON
-
     if eps is not None and not (eps == 0 or MIN_HISTOGRAM_EPSILON <= eps < float("inf")):
         raise UsageError(f"--histogram-epsilon must be 0 (exact counts) or a finite number >= "
                          f"{MIN_HISTOGRAM_EPSILON:g}")
@@ -471,7 +469,6 @@ def main(argv: list[str] | None = None) -> int:
             return 2 if isinstance(err, UsageError) else 1
     stop = role_start(args.quiet, log)
     from fedcure_app.flower.fastpath.gate import warn_if_off
-
     warn_if_off(PROG)  # one line on stderr when Flower runs unchanged (no fast path)
     from fedcure_app.config import ConfigError
     from fedcure_app.protocol.channel import ChannelConfigError

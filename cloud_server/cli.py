@@ -133,7 +133,7 @@ def make_config(args: argparse.Namespace) -> tuple[Any, bool]:
 
     cfg = load_config(args.config) if args.config else FedCureConfig()
     if args.config:  # said at start-up: a compose file's settings never change a run unsaid
-        from fedcure_app.config_changes import changed_knobs
+        from cloud_server.config_changes import changed_knobs
 
         changed = changed_knobs(cfg)
         logging.getLogger("fedcure.cloud").info(

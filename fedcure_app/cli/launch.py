@@ -64,8 +64,6 @@ LAUNCH_EVALUATIONS = 10
 
 #: where the live view goes unless told otherwise (or the next free port above it)
 DEFAULT_DASHBOARD = "127.0.0.1:8080"
-#: how many ports above the asked one a busy dashboard port may move to
-DASHBOARD_PORT_TRIES = 20
 
 #: launch option -> flat configuration key
 _OPTIONS: dict[str, str] = {
@@ -219,30 +217,6 @@ def check_inputs(args: argparse.Namespace, cfg: FedCureConfig) -> None:
     init_arrays(cfg, args)  # a model that does not fit the task, refused before any start
 
 
-def dashboard_address(address: str) -> str:
-    """``address`` (HOST:PORT) with a port free now: PORT itself or the next free one of
-    :data:`DASHBOARD_PORT_TRIES` above it; port 0: any free port. Raises ``RuntimeError``."""
-    import socket
-
-    from fedcure_app.live.server import parse_address
-    from fedcure_app.runtime.processes import free_port
-
-    host, port = parse_address(address)
-    fmt = f"[{host}]" if ":" in host else host
-    if port == 0:
-        return f"{fmt}:{free_port(host)}"
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    for p in range(port, min(port + DASHBOARD_PORT_TRIES, 65536)):
-        with socket.socket(family, socket.SOCK_STREAM) as s:
-            try:
-                s.bind((host, p))
-            except OSError:
-                continue
-            return f"{fmt}:{p}"
-    raise RuntimeError(f"--dashboard {address}: no free port in {port}-"
-                       f"{port + DASHBOARD_PORT_TRIES - 1}; pass another or --no-dashboard")
-
-
 class Site:
     """Where a deployment's roles run; this one: every role on 127.0.0.1 of this machine
     (``fedcure launch``). ``fedcure testbed`` (:mod:`fedcure_app.cli.testbed`) puts each role in
@@ -276,6 +250,8 @@ class Site:
     def dashboard(self, address: str, logs: Path) -> tuple[str, str]:
         """The live view for the user's ``--dashboard`` ``address``: (where the cloud serves
         it, where the user reaches it). Here both are ``address``'s port or the next free one."""
+        from fedcure_app.live.server import dashboard_address
+
         dash = dashboard_address(address)
         return dash, dash
 

@@ -322,7 +322,7 @@ class NamespaceSite(Site):
         namespace (:mod:`fedcure_app.testbed.proxy`) holds the host's listening socket."""
         import socket
 
-        from fedcure_app.cli.launch import dashboard_address
+        from fedcure_app.live.server import dashboard_address
         from fedcure_app.live.server import parse_address
         from fedcure_app.runtime.processes import Child
         from fedcure_app.testbed.netns import in_netns

@@ -71,7 +71,9 @@ DEMO_SIZE_KEYS = ("partition", "num-clients", "num-edges", "global-rounds")
 
 #: Optional string knobs for which ``""`` means "unset".
 _EMPTY_IS_UNSET = ("data-dir", "profiles-file", "formation", "scheduler", "method", "mix",
-                   "calibrate-prior", "warmup-tasks", "clients-data", "task")
+                   "calibrate-prior", "warmup-tasks", "clients-data", "task",
+                   # simulator-only numbers whose unset default is None (the peers, the budget)
+                   "eval-every-s", "time-budget-s", "buffer-k", "concurrency", "tiers")
 ROLES = ("simulation", "edge")
 
 

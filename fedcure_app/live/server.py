@@ -324,5 +324,33 @@ def _int(text: str) -> int:
         return 0
 
 
-__all__ = ["DashboardError", "LiveServer", "check_bind", "first_change", "is_loopback",
-           "parse_address", "static_file"]
+
+#: how many ports above the asked one a busy dashboard port may move to
+DASHBOARD_PORT_TRIES = 20
+
+
+def dashboard_address(address: str) -> str:
+    """``address`` (HOST:PORT) with a port free now: PORT itself or the next free one of
+    :data:`DASHBOARD_PORT_TRIES` above it; port 0: any free port. Raises ``RuntimeError``."""
+    import socket
+
+    from fedcure_app.runtime.processes import free_port
+
+    host, port = parse_address(address)
+    fmt = f"[{host}]" if ":" in host else host
+    if port == 0:
+        return f"{fmt}:{free_port(host)}"
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    for p in range(port, min(port + DASHBOARD_PORT_TRIES, 65536)):
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, p))
+            except OSError:
+                continue
+            return f"{fmt}:{p}"
+    raise RuntimeError(f"--dashboard {address}: no free port in {port}-"
+                       f"{port + DASHBOARD_PORT_TRIES - 1}; pass another or --no-dashboard")
+
+
+__all__ = ["DASHBOARD_PORT_TRIES", "DashboardError", "LiveServer", "check_bind",
+           "dashboard_address", "first_change", "is_loopback", "parse_address", "static_file"]

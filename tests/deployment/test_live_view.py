@@ -208,7 +208,7 @@ def test_launch_refuses_an_exposed_view_without_a_token_before_starting_anything
 def test_launch_moves_a_busy_dashboard_port_to_the_next_free_one():
     import socket
 
-    from fedcure_app.cli.launch import dashboard_address
+    from fedcure_app.live.server import dashboard_address
 
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))

@@ -55,7 +55,7 @@ def test_the_own_data_overlay_sets_no_hyperparameter_of_the_task():
     import yaml
 
     from fedcure_app.config import load_config
-    from fedcure_app.config_changes import changed_knobs
+    from cloud_server.config_changes import changed_knobs
 
     cloud = yaml.safe_load((ROOT / "docker" / "own-data.yaml").read_text())["services"]["cloud"]
     assert "--config=/etc/fedcure/own-data.toml" in cloud["command"]
