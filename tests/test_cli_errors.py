@@ -207,6 +207,8 @@ def test_a_role_failing_at_start_is_one_line_with_its_reason(capsys, in_tmp, mon
     monkeypatch.setattr(launch, "start_roles", fail)
     code, err = run_cli(capsys, "launch", "--edges", "1", "--clients", "1", "--out", "o")
     assert code == 2
+    flower, _, err = err.partition("\n")  # the launch says the Flower version first
+    assert flower.startswith("Flower ") and "fast path" in flower
     assert one_line(err) == ("fedcure launch: error: cloud exited with code 2 at start: "
                              f"fedcure-cloud: error: --listen expects HOST:PORT; logs in "
                              f"{in_tmp / 'o' / 'logs'}")
@@ -221,8 +223,8 @@ def test_a_role_failing_at_start_is_one_line_with_its_reason(capsys, in_tmp, mon
      "fedcure simulate: error: argument --rounds: invalid int value: 'x' "
      "(see fedcure simulate --help)"),
     (["simulat"], "fedcure: error: argument COMMAND: invalid choice: 'simulat' (choose from "
-     "'form', 'data', 'task', 'simulate', 'launch', 'testbed', 'certs', 'experiment'); did "
-     "you mean 'simulate'? (see fedcure --help)"),
+     "'form', 'data', 'task', 'simulate', 'launch', 'testbed', 'model', 'certs', 'experiment'); "
+     "did you mean 'simulate'? (see fedcure --help)"),
 ])
 def test_a_malformed_command_line_is_one_line_pointing_at_help(capsys, argv, expected):
     with pytest.raises(SystemExit) as stop:
