@@ -186,19 +186,10 @@ def test_the_launch_progress_says_waiting_for_edges_until_one_connects():
 def test_launch_passes_device_to_every_client(device, tmp_path, monkeypatch):
     """``fedcure launch --device D`` starts each ``fedcure-client`` with ``--device D`` (cpu,
     the default, leaves the client's own default, $FEDCURE_DEVICE, alone)."""
-    import fedcure_app.runtime.processes
     from fedcure_app.cli import launch
+    from tests.launch_children import record_children
 
-    started = []
-
-    class Child:
-        def __init__(self, name, argv, **_kw):
-            self.name, self.argv, self.pid = name, argv, 1
-            started.append(self)
-
-    monkeypatch.setattr(fedcure_app.runtime.processes, "Child", Child)
-    monkeypatch.setattr(launch, "_wait_listening", lambda *a, **k: None)
-    monkeypatch.setattr(launch, "wait_edge_ready", lambda *a, **k: None)
+    started = record_children(monkeypatch)
     args = build_parser().parse_args(["launch", "--clients", "2", "--edges", "1",
                                       "--device", device, "--no-dashboard"])
     launch.start_roles(launch.config_from_args(args), args, tmp_path, launch.Roles())

@@ -106,19 +106,10 @@ def test_a_hand_started_client_keeps_its_name_from_run_to_run(tmp_path):
 def test_launch_starts_each_client_under_its_entrys_name(tmp_path, monkeypatch):
     """``fedcure launch`` passes ``--name site-0`` … (the entries' names, not ``client-0``),
     so logs, ``result.json`` and the coalitions name the clients as ``simulate`` does."""
-    import fedcure_app.runtime.processes
     from fedcure_app.cli import build_parser, launch
+    from tests.launch_children import record_children
 
-    started = []
-
-    class Child:
-        def __init__(self, name, argv, **_kw):
-            self.name, self.argv, self.pid = name, argv, 1
-            started.append(self)
-
-    monkeypatch.setattr(fedcure_app.runtime.processes, "Child", Child)
-    monkeypatch.setattr(launch, "_wait_listening", lambda *a, **k: None)
-    monkeypatch.setattr(launch, "wait_edge_ready", lambda *a, **k: None)
+    started = record_children(monkeypatch)
     write_clients(tmp_path / "clients", good=2, bad=())
     (tmp_path / "task.toml").write_text(task_toml(TASK))
     args = build_parser().parse_args(["launch", "--task", str(tmp_path / "task.toml"),
