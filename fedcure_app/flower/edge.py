@@ -4,10 +4,11 @@ The same loop serves the simulation (the Flower executor, virtual SuperNodes) an
 deployed edge role (its own SuperLink). Per edge round it sends one ``train`` Message per client
 of the coalition, each built for its node (so every client gets its own CPU-frequency directive
 and training seed), pushes them with ``push_messages`` and pulls the replies with a short poll
-(``Grid.send_and_receive`` would sleep seconds between polls), then aggregates the answers: weighted by the sample counts the clients registered (the
-task's ``client_samples``, capped at ``max_client_weight``: :func:`edge_weights`), or, when
-the task carries none (the simulation), with Flower's ``FedAvg.aggregate_train`` weighted by
-each reply's ``num-examples`` = |D_n|.
+(``Grid.send_and_receive`` would sleep seconds between polls), then aggregates the answers:
+weighted by the sample counts the clients registered (the task's ``client_samples``, capped at
+``max_client_weight``: :func:`edge_weights`), or, when the task carries none (the
+simulation), with Flower's ``FedAvg.aggregate_train`` weighted by each reply's
+``num-examples`` = |D_n|.
 
 Message contents
 ----------------
@@ -20,10 +21,10 @@ Instruction (``RecordDict``):
   ``version``.
 
 Reply: ``"arrays"`` (the trained model) and one :class:`~flwr.app.MetricRecord` with
-``num-examples`` (|D_n|; the FedAvg weight only for a task without registered counts), ``samples``, ``seconds``, ``f-applied-ghz``,
-``loss``, and optionally ``startup-s``: seconds of this message the client spent starting up
-(loading its trainer, model or data) rather than training; each edge round's slowest start-up
-adds to :attr:`EdgeResult.startup_s`.
+``num-examples`` (|D_n|; the FedAvg weight only for a task without registered counts),
+``samples``, ``seconds``, ``f-applied-ghz``, ``loss``, and optionally ``startup-s``: seconds
+of this message the client spent starting up (loading its trainer, model or data) rather than
+training; each edge round's slowest start-up adds to :attr:`EdgeResult.startup_s`.
 
 Failures
 --------
@@ -248,12 +249,16 @@ def _reply_problem(reply: Message, sent: ArrayRecord) -> str | None:
     return None
 
 
-def _model_problem(reply: Message, sent: list[np.ndarray], bound: float) -> str | None:
-    """Why a well-formed reply's model cannot be averaged in: NaN/Inf, or farther (L2, over
-    all tensors) than ``bound`` from the model ``sent`` in the same packed form (0: no bound).
-    The edge drops that client, so that one client's update never makes the cloud refuse the
-    coalition's."""
-    got = next(iter(reply.content.array_records.values())).to_numpy_ndarrays()
+def _reply_arrays(reply: Message) -> list[np.ndarray]:
+    """A well-formed reply's model, in the packed form it travelled in."""
+    return next(iter(reply.content.array_records.values())).to_numpy_ndarrays()
+
+
+def _model_problem(got: list[np.ndarray], sent: list[np.ndarray], bound: float) -> str | None:
+    """Why a well-formed reply's model ``got`` cannot be averaged in: NaN/Inf, or farther (L2,
+    over all tensors) than ``bound`` from the model ``sent`` in the same packed form (0: no
+    bound). The edge drops that client, so that one client's update never makes the cloud
+    refuse the coalition's."""
     sq = 0.0
     for a, b in zip(got, sent):
         d = np.asarray(a, dtype=np.float64).ravel() - np.asarray(b, dtype=np.float64).ravel()
@@ -394,11 +399,13 @@ def run_edge_task(
         for mid in pending:
             problems[client_of_id[mid]] = f"no reply within {timeout_s} s"
         ok: dict[int, Message] = {}
+        models: dict[int, list[np.ndarray]] = {}  # each reply's model, read once
         for mid, reply in got.items():
             c = client_of_id[mid]
             why = _reply_problem(reply, record)
             if why is None:
-                why = _model_problem(reply, packed, task.client_step_bound)
+                models[c] = _reply_arrays(reply)
+                why = _model_problem(models[c], packed, task.client_step_bound)
             if why is None:
                 ok[c] = reply
             else:
@@ -418,8 +425,7 @@ def run_edge_task(
         weights = edge_weights(task, survivors, replies)
         try:
             if task.client_samples:  # the registered counts, capped: not the replies' own
-                edge = unpack(fedavg([next(iter(m.content.array_records.values()))
-                                      .to_numpy_ndarrays() for m in replies], weights), shapes)
+                edge = unpack(fedavg([models[c] for c in survivors], weights), shapes)
             else:
                 with _quiet_fedavg():
                     arrays, _ = _FEDAVG.aggregate_train(r + 1, replies)
