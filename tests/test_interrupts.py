@@ -46,7 +46,10 @@ def _session(tmp_path: Path, waits_in_role: bool) -> tuple[int, str, float]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",
          "--rootdir", str(tmp_path), str(tmp_path / "test_probe.py")],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        # as from a terminal: a runner that started this suite in the background (``cmd &``)
+        # has SIGINT ignored, which the child would inherit, and Python then takes no Ctrl-C
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout] + [lines.put(None)],
                      daemon=True).start()
