@@ -9,12 +9,20 @@ edge round of each (the edge's log) and each patch's gain: the median with it of
 median with all on, and that as a share of the latter. The load average before and after each
 run is printed beside it: the floor is a goal for an otherwise idle 2-core machine.
 
+With ``--clients N`` each run is ``bench/edge_scale.py --clients N`` instead (one edge, N warm
+clients, ``--rounds`` tasks of 4 edge rounds), and the table gives per run the median edge round,
+its overhead (wall minus the slowest client's training) and the cores the SuperLink and the
+SuperNodes take while the coalition waits; the gain is taken on the overhead. Runs that close
+the gate are left out there (a 32-client round at Flower's 3 s poll).
+
     python3 bench/fastpath_patches.py [--patches object_pulls,held_pulls] [--out DIR]
+    python3 bench/fastpath_patches.py --clients 32 [--rounds 2]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import statistics
@@ -47,11 +55,47 @@ def floor(out: Path, env: dict[str, str]) -> list[float]:
     return [float(s) for s in ROUND_LINE.findall(text)]
 
 
+def scale(out: Path, env: dict[str, str], clients: int, rounds: int) -> dict:
+    """``bench/edge_scale.py``'s row for one edge with ``clients`` clients, run into ``out``."""
+    rows = out / "rows.json"
+    argv = [sys.executable, str(ROOT / "bench" / "edge_scale.py"), "--clients", str(clients),
+            "--rounds", str(rounds), "--idle-s", "6", "--settle-s", "4", "--json", str(rows),
+            "--out", str(out)]
+    done = subprocess.run(argv, env={**os.environ, **env}, capture_output=True, text=True,
+                          timeout=3600)
+    if not rows.exists():  # (its exit code also says whether the N = 32 goals were met)
+        raise SystemExit(f"edge_scale into {out} failed: {(done.stdout + done.stderr)[-500:]}")
+    return json.loads(rows.read_text())["rows"][0]
+
+
+def scale_table(out: Path, runs: list[tuple[str, dict[str, str]]], clients: int,
+                rounds: int) -> None:
+    """Print one row per run at ``clients`` clients, the gain taken on the overhead."""
+    print("| run | wall median (s) | overhead median (s) | gain (% of all on) | "
+          "waiting: SuperLink + SuperNodes (cores) | load before, after | problem |")
+    print("| --- | ---: | ---: | ---: | ---: | --- | --- |")
+    base = None
+    for i, (name, env) in enumerate(runs):
+        before = os.getloadavg()[0]
+        row = scale(out / f"scale{i}", env, clients, rounds)
+        after = os.getloadavg()[0]
+        base = row["overhead_median_s"] if base is None else base
+        gain = row["overhead_median_s"] - base
+        print(f"| {name} | {row['wall_median_s']:.3f} | {row['overhead_median_s']:.3f} | "
+              f"{100 * gain / base:+.0f} % | {row['idle_cores']:.3f} | {before:.1f}, {after:.1f} | "
+              f"{row['problem']} |",
+              flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--patches", default=",".join(TIMED), help="patches to turn off one by one")
     p.add_argument("--out", type=Path, help="folder for the runs (default: a temporary one)")
+    p.add_argument("--clients", type=int, help="run bench/edge_scale.py with N clients instead")
+    p.add_argument("--rounds", type=int, default=2, help="tasks per run with --clients (>= 2)")
     args = p.parse_args(argv)
+    if args.clients is not None and (args.clients < 1 or args.rounds < 2):
+        p.error("--clients must be at least 1 and --rounds at least 2")
     patches = [x for x in args.patches.split(",") if x]
     unknown = sorted(set(patches) - set(PATCHES))
     if unknown:
@@ -59,6 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or Path(tempfile.mkdtemp(prefix="fastpath-"))
     runs = [("all on", {}), *((f"{x} off", {PATCH_OFF_ENV: x}) for x in patches),
             ("gate closed", {FORCE_ENV: "off"})]
+    if args.clients is not None:
+        scale_table(out, runs[:-1], args.clients, args.rounds)
+        return 0
     base = None
     print("| run | median edge round (s) | gain (s) | gain (% of all on) | load before, after |")
     print("| --- | ---: | ---: | ---: | --- |")
