@@ -9,7 +9,8 @@
 Clients register (``Association.Register``) and learn their edge server; edge servers connect
 (``EdgeLink.Connect``) and receive tasks, answering with ``EdgeLink.Submit``. When the rounds are
 done the cloud writes ``result.json``, the plots and ``final_model.safetensors`` into ``--out``
-and exits 0. SIGTERM/SIGINT stop it cleanly (partial results are written when rounds were done).
+and exits 0. SIGTERM/SIGINT stop it cleanly (partial results are written when rounds were done;
+a run that finished keeps the results it wrote, also when the stop lands as it writes them).
 With ``--dataset`` (or ``[data] dataset`` in the config file) the cloud evaluates the global model
 on that dataset's test split every ``eval-every`` rounds. ``--dashboard HOST:PORT`` serves the live
 view (a page updated by server-sent events) and ``/metrics`` (Prometheus) over HTTP; an address
@@ -294,15 +295,28 @@ async def _run(args: argparse.Namespace, cfg: Any, evaluator: Any, credentials: 
         if dashboard is not None:
             dashboard.stop()
     if result is None:
-        controller = service.controller
-        if controller.strategy is not None and controller.records:
-            partial = await asyncio.to_thread(controller.formed.write_results)
-            log.info("stopped after %d of %d rounds; partial results in %s",
-                     partial["rounds"], cfg.run.global_rounds, args.out)
-        else:
-            log.info("stopped before training started; nothing written")
-        return 0
+        await write_stopped(service.controller, args.out)
     return 0
+
+
+async def write_stopped(controller: Any, out: str) -> dict[str, Any] | None:
+    """The end of a cloud stopped before ``serve`` returned a result: the partial results of
+    the rounds done, written once (:meth:`FormedRun.write_on_stop`). A run that finished
+    meanwhile keeps the results it wrote, waited for while it writes them. Returns the
+    results (None: training never started, nothing written)."""
+    log = logging.getLogger("fedcure.cloud")
+    if controller.formed is None or not controller.records:
+        log.info("stopped before training started; nothing written")
+        return None
+    result, wrote = await asyncio.to_thread(controller.formed.write_on_stop)
+    if wrote:
+        log.info("stopped after %d of %d rounds; partial results in %s",
+                 result["rounds"], controller.cfg.run.global_rounds, out)
+    elif result is None:
+        log.warning("the run finished but writing its results failed (logged above)")
+    else:
+        log.info("the run had finished: its results in %s are kept", out)
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:

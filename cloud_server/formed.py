@@ -82,6 +82,11 @@ class FormedRun:
         self.evaluator = evaluator
         self.tasks = tasks
         self.arrivals = Arrivals(cfg, federation, log, tasks, screen, durability)
+        #: held while the results are written: they are written once (finish or a stop)
+        self._writing = threading.Lock()
+        #: the results were written (or their write was tried) and what it returned
+        self._written = False
+        self._result: dict[str, Any] | None = None
 
     @property
     def strategy(self) -> FedCureStrategy:
@@ -196,7 +201,28 @@ class FormedRun:
     def finish(self) -> dict[str, Any] | None:
         """Close a finished run (worker thread): warn about the target shares the measured
         latencies put out of reach, write the final checkpoint and the results, which it
-        returns. A failure of either write is logged (None: no results); the run still ends."""
+        returns. A failure of either write is logged (None: no results); the run still ends.
+        Results a stop wrote first are kept (and returned): nothing is written twice."""
+        with self._writing:
+            if not self._written:
+                self._written = True
+                self._result = self._close()
+            return self._result
+
+    def write_on_stop(self) -> tuple[dict[str, Any] | None, bool]:
+        """The results of a run stopped before its end (worker thread): written now from the
+        rounds done, unless the run finished and wrote its own (waited for while it writes
+        them), which are never replaced. Returns the results and whether this call wrote
+        them."""
+        with self._writing:
+            if self._written:
+                return self._result, False
+            self._written = True
+            self._result = self.write_results()
+            return self._result, True
+
+    def _close(self) -> dict[str, Any] | None:
+        """:meth:`finish`'s work, under the write-once lock."""
         if self.log.records:
             with self.lock:
                 measured = self.strategy.estimator.mean()
