@@ -52,6 +52,8 @@ def _settings(args: argparse.Namespace) -> list[tuple[str, Any, Any, Any]]:
         base = apply_flat(base_config("digits", None, b), common)
         flat = b.overrides()
         flat.pop("num-clients"), flat.pop("num-edges")
+        if args.edges is not None:  # apply_task only checks it against the clients
+            flat["num-edges"] = args.edges
         cfg = apply_task(apply_flat(base, flat), ns)
         return [("own", load_federation_data(cfg), cfg, b)]
     out = []
