@@ -55,7 +55,8 @@ class RunViews:
         self.strategy = StrategyView.of(s, self.log.records, tau_e,
                                         None if rebuild else self.strategy,
                                         self.log.initial_accuracy,
-                                        devices=[c.profile.name for c in federation.clients])
+                                        devices=[c.profile.name for c in federation.clients],
+                                        names=[c.name for c in federation.clients])
 
     def status(self, phase: Phase, is_live: Callable[[str], bool]) -> StatusSnapshot:
         """Where the run stands, without taking the lock: the strategy's figures as of its last

@@ -278,6 +278,13 @@ def run(args: argparse.Namespace) -> int:
     initial, dataset = init_arrays(cfg, args), _test_dataset(cfg, args)
     live = _start_dashboard(cfg, args)
     try:
+        if live is not None and cfg.task is not None:
+            # the clients' data read once, here rather than in the engine: the page names them
+            if dataset is None:
+                from fedcure_app.data.own_federation import load_federation_data
+
+                dataset = load_federation_data(cfg)
+            live[0].names = tuple(dataset.client_names)
         return _simulate(cfg, args, threads, device, live, initial, dataset)
     finally:
         if live is not None:
@@ -313,7 +320,8 @@ def _start_dashboard(cfg: FedCureConfig, args: argparse.Namespace):
 def _simulate(cfg: FedCureConfig, args: argparse.Namespace, threads: int, device: Any,
               live: Any, initial: list | None = None, dataset: Any = None) -> int:
     """The run; ``initial``: the weights of ``--init-model``; ``dataset``: the clients' data
-    with ``--test-data`` (None: the engine loads the run's data)."""
+    when read already (``--test-data``, or the live view's names; None: the engine loads the
+    run's data)."""
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
     from fedcure_app.simulation.executors import resolve_workers

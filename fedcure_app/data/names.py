@@ -1,4 +1,5 @@
-"""Client names of own data: the name a client goes by in logs, ``result.json`` and coalitions.
+"""Client names of own data: the name a client goes by in logs, ``result.json``, coalitions and
+the live view.
 
 A client entry of a clients folder (``--clients-data DIR``) is named after its folder, or its
 file without the ``.csv``/``.npz`` suffix (``client-00.csv`` is ``client-00``): ``fedcure

@@ -8,7 +8,12 @@ from it; the page, its event stream and the Prometheus scrape (:mod:`fedcure_app
 driver's lock while writing to a socket.
 
 What it carries is what ``Monitor.Status`` already reveals plus the method's figures, by
-client and coalition *id*: never model weights, tokens, addresses or client names.
+client and coalition id, and each client's name as it registered (its data folder's, or
+``--name``; the names ``result.json`` lists): the page shows a client as ``NAME (#ID)``. The
+names reach only a viewer of the run: the page, its stream and ``/api/state`` answer under the
+live view's own access rule (loopback with a loopback ``Host`` by default, else the token;
+:mod:`fedcure_app.live.server`); ``Monitor.Status``, which answers without a token, and
+``/metrics`` (series keyed by id) carry no names. Never model weights, tokens or addresses.
 Units: seconds (``*_s``), GHz (``*_ghz``); accuracy is a fraction in [0, 1].
 """
 
@@ -111,7 +116,8 @@ class StrategyView:
     ``unavailable``; ``in_flight``: coalition → (global round it was sent in, client ids);
     per client id: ``directive_ghz`` (latest frequency directive) and ``applied_ghz`` (latest
     frequency it reported applying; absent when none reported); ``devices``: each client id's
-    device type (its profile's name; empty when the driver does not know them).
+    device type (its profile's name; empty when the driver does not know them); ``names``:
+    each client id's name as it registered (empty when the driver has none).
     """
 
     version: int = 0
@@ -130,15 +136,17 @@ class StrategyView:
     history: tuple[RoundPoint, ...] = ()
     initial_accuracy: float | None = None
     devices: tuple[str, ...] = ()
+    names: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, strategy: Any, records: Sequence[Mapping[str, Any]], tau_e: int,
            prev: "StrategyView | None" = None, initial_accuracy: float | None = None,
-           devices: Sequence[str] | None = None) -> "StrategyView":
+           devices: Sequence[str] | None = None,
+           names: Sequence[str] | None = None) -> "StrategyView":
         """The view of ``strategy`` (a :class:`~fedcure_app.strategy.FedCureStrategy`) and its
         per-round ``records`` now. ``prev``: the last view, whose history is extended rather
         than rebuilt (its last point is rebuilt: an evaluation may have filled its accuracy);
-        ``devices``: each client id's device type (default: ``prev``'s)."""
+        ``devices``: each client id's device type, ``names`` its name (default: ``prev``'s)."""
         n = len(records)
         keep = 0
         if prev is not None and 0 < len(prev.history) <= n:
@@ -168,7 +176,9 @@ class StrategyView:
             in_flight=in_flight, directive_ghz=directive, applied_ghz=applied,
             history=history, initial_accuracy=_num(initial_accuracy),
             devices=tuple(str(d) for d in devices) if devices is not None
-            else (prev.devices if prev is not None else ()))
+            else (prev.devices if prev is not None else ()),
+            names=tuple(str(n) for n in names) if names is not None
+            else (prev.names if prev is not None else ()))
 
 
 def _arrivals(history: Sequence[RoundPoint], m: int) -> list[int]:
@@ -281,12 +291,13 @@ class LiveState:
         return rows
 
     def client_rows(self) -> list[dict[str, Any]]:
-        """Per client id: its coalition, device type (None when unknown), latest frequency
-        directive and applied frequency."""
+        """Per client id: its name (None when unknown), coalition, device type (None when
+        unknown), latest frequency directive and applied frequency."""
         v = self.view
         where = {c: m for m, members in enumerate(v.members) for c in members}
         ids = sorted(set(where) | set(v.directive_ghz))
-        return [{"client": c, "coalition": where.get(c),
+        return [{"client": c, "name": v.names[c] if 0 <= c < len(v.names) else None,
+                 "coalition": where.get(c),
                  "device": v.devices[c] if 0 <= c < len(v.devices) else None,
                  "directive_ghz": _num(v.directive_ghz.get(c)),
                  "applied_ghz": _num(v.applied_ghz.get(c))} for c in ids]

@@ -21,12 +21,16 @@ from fedcure_app.trained.names import run_classes
 class SimulationFeed:
     """The live state of one simulation (call the feed for the current :class:`LiveState`)."""
 
-    def __init__(self, cfg: FedCureConfig, central_test: bool = False) -> None:
-        """``central_test``: the run evaluates on a central test set (``--test-data``)."""
+    def __init__(self, cfg: FedCureConfig, central_test: bool = False,
+                 names: Sequence[str] = ()) -> None:
+        """``central_test``: the run evaluates on a central test set (``--test-data``);
+        ``names``: each client's name in id order (the clients folder's entries; empty for a
+        built-in dataset)."""
         from fedcure_app.federation import profiles_for
 
         self.cfg = cfg
         self.devices = [p.name for p in profiles_for(cfg)]
+        self.names = tuple(names)
         self._state = LiveState(
             source="simulation", clock="simulated", mode="simulation", phase="registering",
             global_rounds=cfg.run.global_rounds, clients_registered=0,
@@ -48,7 +52,8 @@ class SimulationFeed:
         prev = self._state
         view = StrategyView.of(strategy, records, self.cfg.method.tau_e, prev.view,
                                initial_accuracy if initial_accuracy is not None
-                               else prev.view.initial_accuracy, devices=self.devices)
+                               else prev.view.initial_accuracy, devices=self.devices,
+                               names=self.names)
         n = self.cfg.federation.num_clients
         self._state = prev.with_(
             phase="training", clients_registered=n, edges_connected=prev.num_edges,

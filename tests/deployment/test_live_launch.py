@@ -163,6 +163,12 @@ PAGE = """(document.readyState !== 'complete' || !document.body
 })"""
 
 
+def _ids(labels: str) -> str:
+    """The client ids of a list the page shows (``NAME (#ID), …``), as Monitor.Status lists
+    them (``ID, …``)."""
+    return ", ".join(re.findall(r"\(#(\d+)\)", labels))
+
+
 def _progress(s: pb.StatusReply) -> list[tuple]:
     return [(p.coalition, p.edge_round, tuple(p.training_client_ids)) for p in s.progress]
 
@@ -237,7 +243,7 @@ def test_the_page_in_chromium_follows_the_run_as_monitor_status_reports_it(launc
                 if r["state"] == "training" and r["waiting"]:
                     steady = _steady_waiting(seen, r["coalition"], now)
                     if steady is not None:
-                        assert r["waiting"] == steady, (r, steady)
+                        assert _ids(r["waiting"]) == steady, (r, steady)
                         waits += 1
             if checked and after.round > checked[0] and not (
                     launched.out / "live-view.png").exists():
@@ -257,6 +263,9 @@ def test_the_page_in_chromium_follows_the_run_as_monitor_status_reports_it(launc
     launched.proc.wait(600)
     assert launched.proc.returncode == 0, launched.diagnostics()
     result = json.loads((launched.out / "result.json").read_text())
-    assert members == [", ".join(str(c) for c in co) for co in result["coalitions"]]
+    # each member by the name it registered with (result.json's) and its id
+    names = {c["id"]: c["name"] for c in result["clients"]}
+    assert members == [", ".join(f"{names[c]}\u00a0(#{c})" for c in co)
+                       for co in result["coalitions"]]
     record = json.loads((launched.out / "launch.json").read_text())
     assert record["dashboard"] == launched.dashboard

@@ -79,9 +79,10 @@ def test_the_page_and_its_state_match_monitor_status(running):
         assert freq[c]["applied_ghz"] == pytest.approx(f)
     # and its device type, as it registered (the fakes register as rpi4)
     assert {c["device"] for c in s["clients"]} == {"rpi4"} and len(s["clients"]) == 6
-    # nothing the page gets names a client or an address
-    text = json.dumps(s)
-    assert "client-" not in text and "127.0.0.1" not in text
+    # each client by the name it registered with (client-N here); never an address
+    assert {c["client"]: c["name"] for c in s["clients"]} == {
+        r.client_id: f"client-{r.client_id}" for r in replies}
+    assert "127.0.0.1" not in json.dumps(s)
 
 
 def test_metrics_carry_the_documented_names_and_follow_the_run(running):
@@ -333,6 +334,9 @@ LAYOUT = """(() => {
   const inner = (el) => { const r = el.getBoundingClientRect(), s = getComputedStyle(el);
     return [r.left + parseFloat(s.paddingLeft), r.right - parseFloat(s.paddingRight)]; };
   const card = inner(document.getElementById('clients-table').closest('section'));
+  // the lines a cell's text takes (not the cell's height: a row is as tall as its tallest cell)
+  const lines = (td) => { const r = document.createRange(); r.selectNodeContents(td);
+    return r.getClientRects().length; };
   return {
     title: document.title,
     heading: document.querySelector('h1').textContent,
@@ -341,8 +345,9 @@ LAYOUT = """(() => {
     barCells: rows.map((tr) => { const r = tr.lastElementChild.getBoundingClientRect();
       return [r.left, r.right]; }),
     bars: rows.map((tr) => [...tr.querySelectorAll('.bar')].map((b) => b.getBoundingClientRect().width)),
-    devicesWrapped: rows.filter((tr) => tr.children[2].getClientRects().length > 1
-      || tr.children[2].getBoundingClientRect().height > 1.6 * parseFloat(getComputedStyle(tr.children[2]).lineHeight)).length,
+    clientCells: rows.map((tr) => tr.children[0].textContent),
+    devicesWrapped: rows.filter((tr) => lines(tr.children[2]) > 1).length,
+    clientLines: rows.map((tr) => lines(tr.children[0])),
     card: card,
     legend: document.getElementById('coalition-legend').textContent.replace(/\\s+/g, ' '),
     versionNote: document.getElementById('version').parentElement.textContent.replace(/\\s+/g, ' '),
@@ -407,6 +412,9 @@ def test_the_page_fits_every_window_and_explains_its_figures(cleanup, tmp_path):
         assert all(len(b) == 2 and b[0] > 0 for b in shown["bars"]), where
         assert sum(1 for b in shown["bars"] if b[1] > 0) == 3, where  # coalition 0 answered
         assert shown["devicesWrapped"] == 0, where
+        # each client by its registered name and id, and still inside its card
+        assert shown["clientCells"] == [f"client-{i} (#{i})" for i in range(9)], where
+        assert all(1 <= n <= 2 for n in shown["clientLines"]), where  # the id may go below
     shown = seen[WINDOWS[0]]
     assert shown["title"] == "FedCure live view: testbed", shown
     assert "testbed" in shown["heading"] and "deployment" not in shown["heading"], shown

@@ -148,6 +148,14 @@
     document.body.dataset.round = s.round;
     document.body.dataset.phase = s.phase;
 
+    // a client as the page shows it: its registered name and id, "client-03 (#3)" (the id
+    // alone where the run has no names); by default one unbreakable label, so that a list
+    // wraps between clients (space: what goes between the name and the id instead)
+    const names = {};
+    s.clients.forEach((c) => { if (c.name) names[c.client] = c.name; });
+    const who = (id, space) => names[id] === undefined ? String(id)
+      : names[id] + (space || "\u00a0") + "(#" + id + ")";
+
     const tb = $("coalitions").tBodies[0];
     tb.textContent = "";
     s.coalitions.forEach((c) => {
@@ -156,10 +164,10 @@
       tr.dataset.state = c.state;
       cell(tr, c.coalition).style.color = color(c.coalition);
       cell(tr, c.edge);
-      cell(tr, c.members.join(", "), "members");
+      cell(tr, c.members.map((id) => who(id)).join(", "), "members");
       cell(tr, c.state, "state state-" + c.state);
       cell(tr, c.edge_round === null ? "-" : (Math.min(c.edge_round + 1, c.tau_e) + " / " + c.tau_e), "num");
-      cell(tr, c.waiting.join(", "), "waiting");
+      cell(tr, c.waiting.map((id) => who(id)).join(", "), "waiting");
       cell(tr, secs(c.elapsed_s), "num");
       const eta = cell(tr, secs(c.eta_s), "num");
       if (c.elapsed_s !== null && c.t_hat_s !== null && c.elapsed_s > c.t_hat_s) eta.className += " late";
@@ -198,7 +206,7 @@
     s.clients.forEach((c) => {
       const tr = document.createElement("tr");
       tr.dataset.client = c.client;
-      cell(tr, c.client);
+      cell(tr, who(c.client, " "), "client");  // may wrap before the id (style.css)
       cell(tr, c.coalition === null ? "-" : c.coalition);
       cell(tr, c.device || "-");
       cell(tr, fmt(c.directive_ghz, 2), "num");
