@@ -21,16 +21,15 @@ from fedcure_app.trained.names import run_classes
 class SimulationFeed:
     """The live state of one simulation (call the feed for the current :class:`LiveState`)."""
 
-    def __init__(self, cfg: FedCureConfig, central_test: bool = False,
-                 names: Sequence[str] = ()) -> None:
-        """``central_test``: the run evaluates on a central test set (``--test-data``);
-        ``names``: each client's name in id order (the clients folder's entries; empty for a
-        built-in dataset)."""
+    def __init__(self, cfg: FedCureConfig, central_test: bool = False) -> None:
+        """``central_test``: the run evaluates on a central test set (``--test-data``)."""
         from fedcure_app.federation import profiles_for
 
         self.cfg = cfg
         self.devices = [p.name for p in profiles_for(cfg)]
-        self.names = tuple(names)
+        #: each client's name in id order (the clients folder's entries, set once they are
+        #: read; empty for a built-in dataset: the page shows ids)
+        self.names: tuple[str, ...] = ()
         self._state = LiveState(
             source="simulation", clock="simulated", mode="simulation", phase="registering",
             global_rounds=cfg.run.global_rounds, clients_registered=0,
