@@ -82,6 +82,15 @@ class Chromium:
             raise RuntimeError(f"{expression}: {res['exceptionDetails']}")
         return res["result"].get("value")
 
+    def wait_for(self, expression: str, timeout_s: float = 60.0) -> Any:
+        """The first value of ``expression`` that is not null, polled every 0.2 s (None when
+        it stayed null for ``timeout_s`` seconds)."""
+        shown, end = None, time.monotonic() + timeout_s
+        while shown is None and time.monotonic() < end:
+            time.sleep(0.2)
+            shown = self.evaluate(expression)
+        return shown
+
     def viewport(self, width: int, height: int) -> None:
         """Lay the page out as in a ``width`` × ``height`` window (CSS pixels)."""
         self.call("Emulation.setDeviceMetricsOverride", width=width, height=height,

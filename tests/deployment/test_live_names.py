@@ -80,8 +80,6 @@ CELLS = """(() => {
 
 
 def test_the_page_shows_each_client_by_name_and_id_as_text(cleanup, tmp_path):
-    import time
-
     from tests.deployment.browser import Chromium
 
     server, _, names = named_cloud(cleanup)
@@ -90,10 +88,7 @@ def test_the_page_shows_each_client_by_name_and_id_as_text(cleanup, tmp_path):
     browser = Chromium(tmp_path / "profile", width=1400, height=1500)
     try:
         browser.open(live.url)
-        shown, end = None, time.monotonic() + 60
-        while shown is None and time.monotonic() < end:
-            time.sleep(0.2)
-            shown = browser.evaluate(CELLS)
+        shown = browser.wait_for(CELLS)
     finally:
         browser.close()
     assert shown is not None, "the page never showed the clients"

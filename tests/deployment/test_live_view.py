@@ -305,10 +305,7 @@ def test_the_page_in_chromium_says_what_each_mark_is(running, tmp_path):
     browser = Chromium(tmp_path / "profile", width=1400, height=1800)
     try:
         browser.open(live.url)
-        shown, end = None, time.monotonic() + 60
-        while shown is None and time.monotonic() < end:
-            time.sleep(0.2)
-            shown = browser.evaluate(LABELS % answered)
+        shown = browser.wait_for(LABELS % answered)
         browser.screenshot(tmp_path / "live-view.png")
     finally:
         browser.close()
@@ -367,8 +364,6 @@ def test_the_page_fits_every_window_and_explains_its_figures(cleanup, tmp_path):
     both bars drawn, the device names stay on one line; the title names the mode; a legend says
     what T̂, ETA, δ, Λ and share are; the model version says how it relates to the global
     round."""
-    import time
-
     from tests.deployment.browser import Chromium
     from tests.deployment.fakes import FakeEdge, make_cfg, register_request, start_cloud
     from tests.deployment.test_cloud import one_hot, register_all
@@ -392,10 +387,7 @@ def test_the_page_fits_every_window_and_explains_its_figures(cleanup, tmp_path):
         browser.open(live.url)
         for w, h in WINDOWS:
             browser.viewport(w, h)
-            shown, end = None, time.monotonic() + 60
-            while shown is None and time.monotonic() < end:
-                time.sleep(0.2)
-                shown = browser.evaluate(LAYOUT)
+            shown = browser.wait_for(LAYOUT)
             assert shown is not None, f"{w}x{h}: the page never showed the clients"
             seen[(w, h)] = shown
             if (w, h) == WINDOWS[0]:
