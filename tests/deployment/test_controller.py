@@ -22,10 +22,12 @@ from tests.deployment.fakes import SMALL_MODEL, make_cfg
 HOMES = {"c1": 0, "c2": 0, "c10": 1, "c3": 1}
 
 
-def controller(tmp_path=None, **flat) -> CloudController:
+def controller(tmp_path=None, out_dir=None, **flat) -> CloudController:
+    """``out_dir``: where the results go (None: nothing written; no plots either way)."""
     cfg = make_cfg(4, 2, **flat)
     return CloudController(cfg, expected_clients=4, initial_arrays=SMALL_MODEL,
-                           checkpoint_dir=None if tmp_path is None else tmp_path / "ckpt")
+                           checkpoint_dir=None if tmp_path is None else tmp_path / "ckpt",
+                           out_dir=out_dir, write_plots=False)
 
 
 def entry(name: str) -> ClientEntry:
@@ -33,8 +35,8 @@ def entry(name: str) -> ClientEntry:
     return ClientEntry(name, counts, PRESETS["rpi4"], HOMES[name])
 
 
-def formed(tmp_path=None, **flat) -> tuple[CloudController, list[TaskState]]:
-    c = controller(tmp_path, **flat)
+def formed(tmp_path=None, out_dir=None, **flat) -> tuple[CloudController, list[TaskState]]:
+    c = controller(tmp_path, out_dir, **flat)
     for name in HOMES:
         c.register(entry(name))
     assert c.should_form(window_closed=False)

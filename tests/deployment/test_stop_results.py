@@ -14,21 +14,12 @@ from pathlib import Path
 
 from cloud_server.cli import write_stopped
 from cloud_server.controller import CloudController
-from tests.deployment.fakes import SMALL_MODEL, make_cfg
-from tests.deployment.test_controller import HOMES, answer, entry
+from tests.deployment.test_controller import answer, controller, formed
 
 
 def training(out: Path, rounds: int) -> tuple[CloudController, list]:
     """A formed run of 4 clients on 2 edges writing its results into ``out``."""
-    c = CloudController(make_cfg(4, 2, **{"global-rounds": rounds}), expected_clients=4,
-                        initial_arrays=SMALL_MODEL, out_dir=out, write_plots=False)
-    for name in HOMES:
-        c.register(entry(name))
-    assert c.should_form(window_closed=False)
-    c.start_forming()
-    tasks = c.form_and_build()
-    c.begin_training()
-    return c, tasks
+    return formed(out_dir=out, **{"global-rounds": rounds})
 
 
 def count_writes(c: CloudController, gate: threading.Event | None = None
@@ -104,7 +95,6 @@ def test_a_stop_during_the_run_writes_the_partial_results_once(tmp_path, caplog)
 
 
 def test_a_stop_before_training_writes_nothing(tmp_path):
-    c = CloudController(make_cfg(4, 2), expected_clients=4, initial_arrays=SMALL_MODEL,
-                        out_dir=tmp_path, write_plots=False)
+    c = controller(out_dir=tmp_path)
     assert stop(c, tmp_path) is None
     assert not (tmp_path / "result.json").exists()
