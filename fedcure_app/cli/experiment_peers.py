@@ -27,8 +27,10 @@ def add_peer_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--task", metavar="FILE", help="task file of the user's own data "
                    "(instead of --dataset; the setting is named 'own')")
     g.add_argument("--clients-data", metavar="DIR", help="with --task: one entry per client")
-    g.add_argument("--with-k-m", dest="peer_variants", action="store_true",
-                   help="also FedCure with every coalition training at once (K = M)")
+    g.add_argument("--with-options", "--with-k-m", dest="peer_variants", action="store_true",
+                   help="also FedCure with the options that close its gap to the peers: every "
+                   "coalition training at once (K = M), and each coalition model taken whole "
+                   "(cloud mixing weight ℓ = 1)")
 
 
 def _settings(args: argparse.Namespace) -> list[tuple[str, Any, Any, Any]]:

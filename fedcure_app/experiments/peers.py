@@ -36,6 +36,7 @@ METHODS: dict[str, str] = {"fedcure": "FedCure", "fedavg": "FedAvg", "hierfavg":
 #: name, flat overrides; ``"M"`` stands for the setting's number of edges). Not in the target.
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "fedcure-all": ("FedCure, K = M", {"method": "fedcure", "max-concurrent": "M"}),
+    "fedcure-ell1": ("FedCure, ℓ = 1", {"method": "fedcure", "ell": 1.0}),
 }
 #: Evaluations per run: one every budget / this many simulated seconds.
 EVALUATIONS = 20

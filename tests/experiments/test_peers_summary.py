@@ -65,3 +65,17 @@ def test_analyse_lists_the_methods_not_run_yet(tmp_path):
     section = peers.analyse("toy", runs, tmp_path, budget_s=1.0)
     assert section.data["not_run"] == ["hierfavg", "fedbuff", "fedat"]
     assert "Not run yet: HierFAVG, FedBuff, FedAT." in section.markdown
+
+
+def test_the_option_rows_are_fedcure_with_k_m_and_with_ell_one_and_nothing_else_changed():
+    from fedcure_app.config import FedCureConfig
+
+    base = FedCureConfig()
+    specs = peers.peer_specs(base, "digits", seeds=2, budget_s=3.0, eval_samples=None,
+                             variants=True)
+    plain, k_m, ell = (specs[m][1].cfg for m in ("fedcure", "fedcure-all", "fedcure-ell1"))
+    assert k_m.method.max_concurrent == base.federation.num_edges
+    assert ell.method.ell == 1.0 and plain.method.ell == base.method.ell
+    assert ell.method.max_concurrent == plain.method.max_concurrent
+    assert [s.cfg.run.seed for s in specs["fedcure-ell1"]] == [0, 1]
+    assert "fedcure-ell1" not in peers.peer_specs(base, "digits", 1, 3.0, None)
