@@ -65,11 +65,17 @@ def claim(stub: Any, args: argparse.Namespace, name: str, stop: threading.Event)
         raise _rpc_error(err, args.cloud, "Claim", args) from None
 
 
+#: how long a refused client keeps trying to tell the cloud it withdraws (seconds): the call
+#: waits for the channel to be ready, so a cloud slowed by a start-up burst still hears it
+#: (else it waits for the client until its registration window closes)
+WITHDRAW_TIMEOUT_S = 30.0
+
+
 def withdraw(stub: Any, args: argparse.Namespace, name: str, refusal: BaseException) -> None:
-    """``Association.Withdraw`` (best effort, a few seconds): the cloud logs why this client
-    cannot take part, as a code and a count only
+    """``Association.Withdraw`` (best effort, up to :data:`WITHDRAW_TIMEOUT_S`): the cloud logs
+    why this client cannot take part, as a code and a count only
     (:func:`fedcure_app.protocol.withdraw.withdraw_reason`; the refusal's line, which may name
-    files, stays here), and stops waiting for it."""
+    files, stays here), and stops waiting for it. Withdrawing twice is the same as once."""
     import grpc
 
     from fedcure_app.protocol import cloud_pb2 as pb
@@ -77,8 +83,8 @@ def withdraw(stub: Any, args: argparse.Namespace, name: str, refusal: BaseExcept
 
     reason = withdraw_reason(refusal)
     try:
-        stub.Withdraw(pb.WithdrawRequest(client_name=name, reason=reason,
-                                         token=args.token), timeout=5.0)
+        stub.Withdraw(pb.WithdrawRequest(client_name=name, reason=reason, token=args.token),
+                      timeout=WITHDRAW_TIMEOUT_S, wait_for_ready=True)
         log.info("told the cloud this client withdraws (%s)", reason)
     except grpc.RpcError as err:
         log.warning("could not tell the cloud this client withdraws (%s)", err.code().name)

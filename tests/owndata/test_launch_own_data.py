@@ -95,7 +95,7 @@ def test_the_good_clients_train_and_the_refused_one_is_named_once(launched):
     result = json.loads((out / "result.json").read_text())
     assert result["rounds"] == ROUNDS
     assert [c["name"] for c in result["clients"]] == [f"client-{i}" for i in GOOD]
-    assert list(result["withdrawn"]) == [f"client-{BAD}"]
+    assert list(result["withdrawn"]) == [f"client-{BAD}"], diagnostics(out, done)
     # the cloud learns a code and a count; the client's own line names the class
     assert result["withdrawn"][f"client-{BAD}"] == "unknown-class: 1 class"
     refused = [line for line in done.stderr.splitlines() if "refused" in line]
