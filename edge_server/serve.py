@@ -13,7 +13,10 @@ address its clients reach the SuperLink at) and, for every task on the stream:
 When no client answers an edge round (all of them killed, cut off or restarting), the edge
 looks its clients up again and runs the task again, every :data:`TASK_RETRY_S`, for up to
 ``reconnect_timeout_s``: the cloud takes the late answer and schedules the coalition again,
-where an edge that gave up would leave its coalition out.
+where an edge that gave up would leave its coalition out. When every client answered and every
+answer was refused (a NaN loss or model, a model moved beyond the client step bound: running
+the task again would bring the same answers), the edge logs it, gives the task up unanswered
+(the cloud's deadline then takes the coalition out) and takes the next task.
 
 A task with ``evaluate`` set is an evaluation task (federated evaluation): the edge asks each
 client of the coalition to evaluate the task's model on its held-out part and answers with
@@ -265,6 +268,11 @@ class EdgeServer:
                         s.edge_id, tid, r, t.tau_e, wall, done))
                 break
             except EdgeTaskError as err:
+                if err.refused:  # its clients answered, each with an update refused
+                    log.warning("edge %d: %s; task given up (the same task would get the same "
+                                "answers), taking the next one", s.edge_id, printable(err))
+                    self.progress.end_task()
+                    return
                 if time.monotonic() >= give_up_at:
                     raise EdgeRoleError(f"edge {s.edge_id}: {err} (for {s.reconnect_timeout_s:.0f}"
                                         " s)") from None

@@ -34,7 +34,8 @@ sent), could not be pushed, or has not arrived within
 ``timeout_s`` seconds of the round's push is *dropped*: the round finishes with the clients that
 answered (FedAvg weights renormalised over them), the client is listed once in
 :attr:`EdgeResult.dropped` and gets no further rounds of this task. A round in which nobody
-answers raises :class:`EdgeTaskError`. The edge sees a reply when its pull returns, and a held
+answers raises :class:`EdgeTaskError` (``refused`` when every client answered and every
+answer was refused for its content). The edge sees a reply when its pull returns, and a held
 SuperLink keeps a pull waiting up to ``FEDCURE_SUPERLINK_REPLY_HOLD_S`` for one: the pull
 running at the deadline and the last pull after it may each bring a reply that landed up to one
 hold later, so a reply counts up to ``timeout_s`` plus twice the hold after the push.
@@ -70,7 +71,15 @@ STARTUP_METRIC = "startup-s"
 
 
 class EdgeTaskError(RuntimeError):
-    """No client of the coalition answered an edge round (or none could be reached)."""
+    """No client of the coalition answered an edge round (or none could be reached).
+
+    ``refused``: every client left answered, and every answer was refused for what it holds
+    (malformed, non-finite, moved too far): running the task again would bring the same
+    answers, so the edge gives the task up instead of looking for its clients again."""
+
+    def __init__(self, message: str, *, refused: bool = False) -> None:
+        super().__init__(message)
+        self.refused = refused
 
 
 class CoalitionGrid(Grid):
@@ -416,10 +425,10 @@ def run_edge_task(
                             printable(task.task_id), r, c, printable(why))
         if not ok:
             detail = "; ".join(f"client {c}: {w}" for c, w in sorted(problems.items()))
+            answered = {client_of_id[m] for m, reply in got.items() if not reply.has_error()}
             raise EdgeTaskError(
                 f"task {task.task_id} (coalition {task.coalition}): no client answered edge "
-                f"round {r} of {task.tau_e} ({detail})"
-            )
+                f"round {r} of {task.tau_e} ({detail})", refused=set(problems) <= answered)
         survivors = [c for c in active if c in ok]  # coalition order: deterministic sums
         replies = [ok[c] for c in survivors]
         weights = edge_weights(task, survivors, replies)

@@ -70,6 +70,60 @@ def test_a_member_with_a_non_finite_or_shifted_update_is_dropped_and_the_edge_go
     assert sum("client 2 dropped" in r.getMessage() for r in caplog.records) == 1
 
 
+def test_a_coalition_whose_every_answer_is_refused_is_told_apart_from_one_that_is_gone():
+    from flwr.app import Error
+
+    from fedcure_app.flower.edge import EdgeTaskError
+
+    hostile = {NODE[0]: _client(0.01, loss=math.nan), NODE[1]: _client(0.0, shift=1e6),
+               NODE[2]: _client(math.nan)}
+    with pytest.raises(EdgeTaskError) as info:
+        run_edge_task(FakeGrid(hostile), _task(client_step_bound=15.0), NODE, poll_s=0.001)
+    assert info.value.refused  # the same task would bring the same answers
+    for gone in (lambda m: None, lambda m: Error(code=1, reason="node unavailable")):
+        with pytest.raises(EdgeTaskError) as info:
+            run_edge_task(FakeGrid({**hostile, NODE[2]: gone}), _task(client_step_bound=15.0),
+                          NODE, poll_s=0.001, timeout_s=0.05)
+        assert not info.value.refused  # one may come back: the edge looks for it again
+
+
+def test_an_edge_whose_whole_coalition_is_refused_logs_it_and_takes_the_next_task(
+        monkeypatch, caplog):
+    from edge_server import serve
+    from edge_server.serve import EdgeServer
+    from edge_server.settings import EdgeSettings
+    from fedcure_app.flower.edge import EdgeTaskError
+    from tests.deployment.test_edge_submit import _Directory, _Progress, _result
+
+    edge = EdgeServer(grid=None, settings=EdgeSettings(
+        cloud="127.0.0.1:9", edge_id=0, advertise="127.0.0.1:9", insecure=True,
+        reconnect_timeout_s=300.0))
+    answers = [EdgeTaskError("no client answered edge round 0 (client 2: loss must be finite)",
+                             refused=True), _result()]
+    runs: list[str] = []
+
+    def run_edge_task(grid, task, mapping, **kw):
+        runs.append(task.task_id)
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(serve, "task_from_proto", lambda wire: wire)
+    monkeypatch.setattr(serve, "run_edge_task", run_edge_task)
+    edge.directory, edge.progress = _Directory(), _Progress()
+    submitted: list = []
+    edge._submit = lambda result, latency: submitted.append(result.task_id) or None
+    try:
+        edge._serve_task(_task(task_id="r1-c0-v0"))  # returns at once: no 300 s of retries
+        edge._serve_task(_task(task_id="r2-c0-v1"))
+    finally:
+        edge.stop()
+    assert runs == ["r1-c0-v0", "r2-c0-v1"] and edge.directory.refreshed == 0
+    assert submitted == ["r3-c0-v3"]  # the next task's answer (the fake result's id)
+    assert sum("task given up" in r.getMessage() for r in caplog.records) == 1
+
+
 def test_fedavg_weights_come_from_the_registered_counts_not_the_replies():
     # client 2 registered 10 samples but says 10⁹ in every reply
     handlers = {NODE[0]: _client(1.0, count=10), NODE[1]: _client(2.0, count=10),
