@@ -284,7 +284,9 @@ def run(args: argparse.Namespace) -> int:
                 from fedcure_app.data.own_federation import load_federation_data
 
                 dataset = load_federation_data(cfg)
-            live[0].names = tuple(dataset.client_names)
+            from fedcure_app.data.own_federation import fitted_config
+
+            live[0].read_clients(fitted_config(cfg, dataset), dataset.client_names)
         return _simulate(cfg, args, threads, device, live, initial, dataset)
     finally:
         if live is not None:

@@ -44,6 +44,15 @@ class SimulationFeed:
     def __call__(self) -> LiveState:
         return self._state
 
+    def read_clients(self, cfg: FedCureConfig, names: Sequence[str]) -> None:
+        """The clients the run trains, once the clients folder is read: ``cfg`` fitted to the
+        entries left after refusals (their device profiles and count) and their ``names``."""
+        from fedcure_app.federation import profiles_for
+
+        self.cfg, self.names = cfg, tuple(names)
+        self.devices = [p.name for p in profiles_for(cfg)]
+        self._state = self._state.with_(expected_clients=cfg.federation.num_clients)
+
     def update(self, strategy: Any, records: Sequence[Mapping[str, Any]], now_s: float,
                initial_accuracy: float | None = None) -> None:
         """A new state after a transition of ``strategy`` (the engine's thread): its figures,

@@ -126,3 +126,10 @@ def test_simulate_names_the_clients_left_by_their_entries(tmp_path, monkeypatch)
     result = json.loads((tmp_path / "out" / "result.json").read_text())
     assert {c["client"]: c["name"] for c in seen[0]["clients"]} == dict(
         enumerate(result["clients"])) == {0: "site-0", 1: "site-1", 2: "site-2"}
+    # the device types are those of the three clients the engine trains (site-9 refused)
+    from fedcure_app.config import build_config
+    from fedcure_app.federation import profiles_for
+
+    trained = build_config(result["config"])
+    assert trained.federation.num_clients == seen[0]["expected_clients"] == 3
+    assert [c["device"] for c in seen[0]["clients"]] == [p.name for p in profiles_for(trained)]
