@@ -101,6 +101,10 @@ def supervise(roles: Any, status: StatusPoller, rounds: int, args: argparse.Name
               exit_grace_s: float = 120.0) -> tuple[int, str]:
     """Wait for the cloud to finish; return (exit code, reason).
 
+    An edge that exits with an error is logged once and the others train on (the cloud takes
+    its coalition out at the task's deadline); the launch fails when the cloud fails or every
+    edge has.
+
     A cloud that reported DONE and wrote ``result_path`` but has not exited ``exit_grace_s``
     later is stopped (and the run counts as done). The grace covers the cloud's last writes
     after ``result.json`` (the plots; the model's ``torch.export`` precedes it and takes tens
@@ -118,17 +122,23 @@ def supervise(roles: Any, status: StatusPoller, rounds: int, args: argparse.Name
             "starting", 0, rounds, "", 0.0, console.width))
         done_at: float | None = None
         reported: set[str] = set()
+        failed: dict[str, str] = {}  # edges that exited with an error: their coalitions lost
         while not stop.is_set():
             code = roles.cloud.poll()
             if code is not None:
                 why = "" if code == 0 else last_error(roles.cloud)
-                return (0, "done") if code == 0 else (
+                lost = f" ({'; '.join(failed.values())})" if failed else ""
+                return (0, "done" + lost) if code == 0 else (
                     code, f"the cloud exited with code {code}" + (f": {why}" if why else ""))
             for child in roles.edges:
-                if child.poll() not in (None, 0):
+                if child.name not in failed and child.poll() not in (None, 0):
                     why = last_error(child)
-                    return 1, (f"{child.name} exited with code {child.proc.returncode}"
-                               + (f": {why}" if why else ""))
+                    failed[child.name] = (f"{child.name} exited with code "
+                                          f"{child.proc.returncode}" + (f": {why}" if why else ""))
+                    if len(failed) == len(roles.edges):  # no coalition can train any more
+                        return 1, "; ".join(failed.values())
+                    log.warning("%s; its coalition is lost at its task's deadline, the others "
+                                "train on", failed[child.name])
             for child in roles.clients:
                 report_refused(child, reported)
             s = status()

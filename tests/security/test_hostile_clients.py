@@ -124,6 +124,48 @@ def test_an_edge_whose_whole_coalition_is_refused_logs_it_and_takes_the_next_tas
     assert sum("task given up" in r.getMessage() for r in caplog.records) == 1
 
 
+class _Role:
+    """A launched role whose process exits with ``code`` after ``polls`` polls."""
+
+    def __init__(self, name: str, code: int | None, polls: int = 0) -> None:
+        from types import SimpleNamespace
+
+        self.name, self._code, self._polls = name, code, polls
+        self.proc = SimpleNamespace(returncode=None)
+
+    def poll(self) -> int | None:
+        self._polls -= 1
+        if self._polls < 0:
+            self.proc.returncode = self._code
+        return self.proc.returncode
+
+    def tail(self, n: int = 20) -> str:
+        return "fedcure-edge: error: edge 1: no client answered (for 300 s)"
+
+
+def _supervise(cloud: _Role, edges: list[_Role]) -> tuple[int, str]:
+    import argparse
+    from types import SimpleNamespace
+
+    from fedcure_app.cli.launch_wait import supervise
+
+    roles = SimpleNamespace(cloud=cloud, edges=edges, clients=[])
+    args = argparse.Namespace(no_progress=True, timeout=30.0)
+    stop = SimpleNamespace(is_set=lambda: False, wait=lambda _s: False)  # polls without pause
+    return supervise(roles, lambda: None, 4, args, stop, exit_grace_s=0.0)
+
+
+def test_a_launch_goes_on_without_one_failed_edge_and_fails_when_every_edge_has(caplog):
+    code, reason = _supervise(_Role("cloud", 0, polls=5),
+                              [_Role("edge0", None), _Role("edge1", 1, polls=1)])
+    assert code == 0 and reason.startswith("done (edge1 exited with code 1: edge 1: no client")
+    lines = [r.getMessage() for r in caplog.records if "edge1 exited" in r.getMessage()]
+    assert len(lines) == 1 and "the others train on" in lines[0]
+    code, reason = _supervise(_Role("cloud", None),
+                              [_Role("edge0", 1, polls=3), _Role("edge1", 1, polls=1)])
+    assert code == 1 and reason.count("exited with code 1") == 2
+
+
 def test_fedavg_weights_come_from_the_registered_counts_not_the_replies():
     # client 2 registered 10 samples but says 10⁹ in every reply
     handlers = {NODE[0]: _client(1.0, count=10), NODE[1]: _client(2.0, count=10),
