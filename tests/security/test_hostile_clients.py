@@ -415,3 +415,30 @@ def test_fedcure_launch_refuses_more_entries_than_memory_holds_in_one_line(
     assert "--max-clients 5" in err and not (tmp_path / "out").exists()
     assert main([*argv, "--max-clients", "0"]) == 2
     assert "--max-clients must be >= 1" in capsys.readouterr().err
+
+
+def test_the_data_shares_count_a_liar_as_its_capped_weight_stands_for():
+    """δ comes from the same checked, capped counts as the edges' FedAvg weights: a liar whose
+    histogram and count agree at 10⁹ raises its coalition's share to at most twice its
+    mates' (c = 0.5), where its raw count would have taken all of it."""
+    from fedcure_app.devices import PRESETS
+    from cloud_server.state import ClientEntry
+    from tests.deployment.test_controller import HOMES, controller
+
+    c = controller(**{"max-client-weight": 0.5})
+    honest = np.array([5, 3, 0, 2], np.int64)
+    for name, home in HOMES.items():
+        counts = honest * (10**8 if name == "c1" else 1)
+        c.register(ClientEntry(name, counts, PRESETS["rpi4"], home,
+                               num_samples=int(counts.sum())))
+    c.start_forming()
+    c.form_and_build()
+    s = c.strategy
+    liar = c.clients["c1"].client_id
+    [mates] = [[i for i in co if i != liar] for co in s.coalitions if liar in co]
+    assert mates and s.client_samples[liar] == pytest.approx(10 * len(mates))
+    assert all(s.client_samples[i] == 10 for i in range(4) if i != liar)
+    share = [s.client_samples[list(co)].sum() for co in s.coalitions]
+    assert s.delta == pytest.approx(c.cfg.method.kappa * np.array(share) / sum(share))
+    m = len(mates)  # the liar's coalition counts its mates twice, not 10⁹ + 10·m
+    assert max(s.delta) == pytest.approx(c.cfg.method.kappa * 2 * m / (2 * m + 3 - m))
