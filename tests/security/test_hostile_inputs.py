@@ -229,6 +229,16 @@ def test_a_model_over_the_parameter_bound_is_refused_without_allocating_it():
     assert check_task_model(image_task()) > 0
 
 
+@pytest.mark.parametrize("model, words", [("no_such_module_61:factory", "cannot import"),
+                                          ("json:loads", "raised TypeError"),
+                                          ("builtins:slice", "not a torch.nn.Module")])
+def test_a_task_whose_model_cannot_be_built_is_refused_in_one_line(model, words):
+    task = parse_task({"classes": ["a", "b"], "kind": "tabular", "features": 3, "model": model})
+    with pytest.raises(ModelImportError, match=words) as info:
+        check_task_model(task)  # what fedcure-cloud --task runs at start
+    assert "\n" not in str(info.value)
+
+
 def test_the_cloud_refuses_a_task_whose_model_is_too_large_at_start_in_one_line(tmp_path):
     classes = json.dumps([str(i) for i in range(100)])
     task = tmp_path / "task.toml"
