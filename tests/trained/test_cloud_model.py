@@ -1,6 +1,7 @@
 """The cloud's side of the trained model: it writes the run folder's model files before
 ``result.json``, evaluates on a central test set (``N test samples``, per class) and tells the
-clients to train on all their data, and refuses a start model of another task in one line."""
+clients to train on all their data, starts from a start model of its task and refuses one of
+another task in one line; ``fedcure launch`` hands it both flags as absolute paths."""
 
 from __future__ import annotations
 
@@ -70,3 +71,57 @@ def test_a_start_model_of_another_task_is_one_line(tmp_path, capsys):
     assert code == 2 and len(err.splitlines()) == 1
     assert err.startswith("fedcure-cloud: error: --init-model:") and "shape" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_the_cloud_starts_from_the_weights_of_a_start_model_of_its_task(tmp_path):
+    from cloud_server.cli import init_weights
+
+    model = build_model("digits")
+    torch.save(model.state_dict(), tmp_path / "model.pt")
+    cfg, _ = make_config(cloud_args("--dataset", "digits"))
+    got = init_weights(cloud_args("--init-model", str(tmp_path / "model.pt")), cfg)
+    assert all(np.array_equal(a, b) for a, b in zip(got, get_weights(model)))
+    assert init_weights(cloud_args(), cfg) is None
+
+
+def launch_args(tmp_path, *extra: str) -> list[str]:
+    digit_folders(tmp_path / "clients", {f"site-{c}": slice(2 * c, 2 * c + 2) for c in range(2)})
+    (tmp_path / "task.toml").write_text(TASK)
+    return ["launch", "--task", "task.toml", "--clients-data", "clients", "--edges", "1",
+            "--no-dashboard", "--no-progress", *extra]
+
+
+def test_launch_hands_its_cloud_the_test_set_and_the_start_model_as_absolute_paths(
+        tmp_path, monkeypatch):
+    from fedcure_app.cli import build_parser, launch
+    from fedcure_app.data.task import load_task
+    from fedcure_app.models import build_task_model
+    from tests.launch_children import record_children
+
+    monkeypatch.chdir(tmp_path)
+    argv = launch_args(tmp_path, "--test-data", "clients/site-0", "--init-model", "model.pt")
+    torch.save(build_task_model(load_task(tmp_path / "task.toml")).state_dict(),
+               tmp_path / "model.pt")
+    started = record_children(monkeypatch)
+    args = build_parser().parse_args(argv)
+    cfg = launch.config_from_args(args)
+    launch.check_inputs(args, cfg)
+    launch.start_roles(cfg, args, tmp_path / "out", launch.Roles())
+    cloud = next(c.argv for c in started if c.name == "cloud")
+    assert cloud[cloud.index("--test-data") + 1] == str(tmp_path / "clients" / "site-0")
+    assert cloud[cloud.index("--init-model") + 1] == str(tmp_path / "model.pt")
+
+
+def test_launch_refuses_a_start_model_of_another_task_before_it_starts_anything(
+        tmp_path, monkeypatch, capsys):
+    from fedcure_app.cli import main as fedcure
+    from tests.launch_children import record_children
+
+    monkeypatch.chdir(tmp_path)
+    argv = launch_args(tmp_path, "--init-model", "model.pt", "--out", "out")
+    torch.save(build_model("mnist").state_dict(), tmp_path / "model.pt")
+    started = record_children(monkeypatch)
+    assert fedcure(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("fedcure launch: error: --init-model:") and "shape" in err[-1]
+    assert started == [] and not (tmp_path / "out").exists()

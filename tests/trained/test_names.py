@@ -74,3 +74,22 @@ def test_the_live_view_shows_the_last_evaluations_accuracy_per_class_by_name():
     state = LiveState(view=view, classes=("bag", "coat"))
     assert state.to_json()["class_accuracy"] == {"bag": 1.0, "coat": None}
     assert LiveState(classes=("bag", "coat")).to_json()["class_accuracy"] is None
+
+
+def test_the_end_of_run_tables_of_simulate_and_launch_name_the_weakest_and_strongest():
+    from rich.console import Console
+
+    from fedcure_app.cli.launch_report import summary_table
+    from fedcure_app.cli.simulate import _summary_table
+
+    result = {"dataset": "task", "rounds": 3, "final_accuracy": 0.6, "best_accuracy": 0.6,
+              "initial_jsd": 0.1, "formed_jsd": 0.05, "simulated_seconds": 1.0,
+              "latency_cov": 0.1, "energy_j": 1.0, "participation": {"share": [1.0]},
+              "wall_seconds": 1.0,
+              "class_accuracy_by_name": {"bag": 0.25, "coat": 0.5, "shoe": 1.0, "shirt": 0.75}}
+    for table in (_summary_table(result), summary_table(result, "testbed")):
+        console = Console(width=200, record=True)
+        console.print(table)
+        text = console.export_text()
+        assert "weakest classes" in text and "bag 25.0 %, coat 50.0 %" in text
+        assert "strongest classes" in text and "shoe 100.0 %, shirt 75.0 %" in text
