@@ -105,13 +105,19 @@ class RunSpec:
     needs: tuple[str, ...] = ()
 
     @property
+    def own_data(self) -> bool:
+        """The run reads a user's own folders, whose held-out part depends on the run's seed."""
+        return self.cfg.task is not None and bool(self.cfg.data.clients_data)
+
+    @property
     def key(self) -> str:
         """Content hash of what the result depends on (:func:`key_config`: the data directory
         and other result-neutral fields excluded, fields newer than cache version 1 only where
         set away from their defaults)."""
+        own = {"split": "per-seed"} if self.own_data else {}  # not seed 0's for every seed
         blob = json.dumps({"v": CACHE_VERSION, "cfg": key_config(self.cfg),
-                           "eval": self.eval_samples, "schedule_only": self.schedule_only},
-                          sort_keys=True)
+                           "eval": self.eval_samples, "schedule_only": self.schedule_only,
+                           **own}, sort_keys=True)
         return hashlib.blake2b(blob.encode(), digest_size=10).hexdigest()
 
 
@@ -267,7 +273,7 @@ class Runner:
         self.cached_hits = 0
         self.simulated = 0
         self.wall_seconds = 0.0
-        self._views: dict[int | None, Dataset] = {}
+        self._views: dict[tuple[int | None, int | None], Dataset] = {}
 
     def _path(self, spec: RunSpec) -> Path | None:
         return None if self.cache_dir is None else self.cache_dir / f"{spec.key}.json.gz"
@@ -296,10 +302,20 @@ class Runner:
             json.dump(result, fh, separators=(",", ":"))
         tmp.replace(p)
 
-    def _view(self, samples: int | None) -> Dataset:
-        if samples not in self._views:
-            self._views[samples] = eval_view(self.dataset, samples)
-        return self._views[samples]
+    def _view(self, spec: RunSpec) -> Dataset:
+        """The data ``spec`` runs on, its test split cut to ``spec.eval_samples``: the loaded
+        dataset, or for a user's own folders those folders read with the run's seed (each
+        client's held-out part is drawn per seed, as ``fedcure simulate --seed`` draws it)."""
+        seed = spec.cfg.run.seed if spec.own_data else None
+        key = (seed, spec.eval_samples)
+        if key not in self._views:
+            data = self.dataset
+            if seed is not None:
+                from fedcure_app.data.own_federation import load_federation_data
+
+                data = load_federation_data(spec.cfg)
+            self._views[key] = eval_view(data, spec.eval_samples)
+        return self._views[key]
 
     def peek(self, spec: RunSpec) -> dict[str, Any] | None:
         """The result of ``spec`` if it is in memory or in the cache, else None (never
@@ -372,7 +388,7 @@ class Runner:
         if spec.schedule_only:
             result = _schedule_only(spec, self.dataset, on_round)
         else:
-            result = simulate(spec.cfg, dataset=self._view(spec.eval_samples),
+            result = simulate(spec.cfg, dataset=self._view(spec),
                               on_round=on_round, workers=self.workers, device=self.device)
         self.wall_seconds += time.perf_counter() - t0
         self.simulated += 1

@@ -42,3 +42,33 @@ def test_own_setting_without_edges_keeps_the_budgets_at_most_the_clients(own):
     task, clients = own
     [(_, _, cfg, _)] = _settings(_args(task, clients, None))
     assert (cfg.federation.num_clients, cfg.federation.num_edges) == (4, 4)  # quick: 5 edges
+
+
+def test_each_seed_of_the_own_setting_holds_out_its_own_split(own, monkeypatch):
+    """The runs of seed S read the folders with seed S, as ``fedcure simulate --seed S`` does
+    (not seed 0's held-out split for every seed), and their cache keys say so."""
+    import numpy as np
+
+    import fedcure_app.simulation.engine as engine
+    from fedcure_app.config import apply_flat
+    from fedcure_app.data.own_federation import load_federation_data
+    from fedcure_app.experiments.runner import Runner, RunSpec
+
+    task, clients = own
+    [(_, dataset, cfg, _)] = _settings(_args(task, clients, 2))
+    seen: dict[int, object] = {}
+
+    def recorded(run_cfg, dataset, **_kw):
+        seen[run_cfg.run.seed] = dataset
+        return {}
+
+    monkeypatch.setattr(engine, "simulate", recorded)
+    runner = Runner(dataset)
+    specs = [RunSpec(f"seed {s}", apply_flat(cfg, {"seed": s})) for s in (0, 1, 2)]
+    for spec in specs:
+        runner.run_one(spec)
+    for s in (0, 1, 2):
+        want = load_federation_data(apply_flat(cfg, {"seed": s}))
+        assert np.array_equal(seen[s].x_test, want.x_test)
+    assert not all(np.array_equal(seen[0].x_test, seen[s].x_test) for s in (1, 2))
+    assert len({spec.key for spec in specs}) == 3 and all(spec.own_data for spec in specs)
