@@ -54,6 +54,19 @@ def _json(path: Path) -> dict[str, Any]:
     return got if isinstance(got, dict) else {}
 
 
+def _where_the_model_is(d: Path) -> str:
+    """The hint of a refusal for a folder without a model: a ``flwr run`` out-dir (its
+    ``latest`` pointer names the run folder that holds one) or what writes one."""
+    try:
+        rid = (d / "latest").read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        rid = ""
+    if rid.isalnum() and (d / rid / MODEL_PT).is_file():
+        return f"flwr run keeps each run in a folder of its own: the latest is {d / rid}"
+    return ("a finished run of fedcure simulate, launch, testbed, fedcure-cloud or flwr run "
+            "writes one")
+
+
 def load_run(folder: str | Path) -> RunModel:
     """The model of the run in ``folder``; :class:`ModelFileError` in one line for a folder
     without ``model.pt`` or a model that does not fit the folder's task."""
@@ -63,8 +76,7 @@ def load_run(folder: str | Path) -> RunModel:
     if not d.is_dir():
         raise ModelFileError(f"{d}: no such run folder")
     if not (d / MODEL_PT).is_file():
-        raise ModelFileError(f"{d}: no {MODEL_PT} in this folder (a finished run of fedcure "
-                             "simulate, launch, testbed, fedcure-cloud or flwr run writes one)")
+        raise ModelFileError(f"{d}: no {MODEL_PT} in this folder ({_where_the_model_is(d)})")
     task = read_task(d)
     model = build_task_model(task)
     set_weights(model, load_weights(d / MODEL_PT, task))

@@ -157,6 +157,16 @@ def test_a_folder_without_a_model_is_one_line(run, tmp_path, capsys):
     assert f"{tmp_path}: no model.pt" in err
 
 
+def test_a_flwr_run_out_dir_is_refused_naming_its_latest_run_folder(run, tmp_path, capsys):
+    import shutil
+
+    shutil.copytree(run / "R", tmp_path / "123")
+    (tmp_path / "latest").write_text("123\n")  # flwr run's out-dir: one folder per run
+    err = one_line_error(capsys, ["model", "evaluate", str(tmp_path), "--data",
+                                  str(run / "test")])
+    assert f"{tmp_path}: no model.pt" in err and f"the latest is {tmp_path / '123'}" in err
+
+
 def test_data_with_a_class_the_task_lacks_is_refused_naming_the_folder(run, tmp_path, capsys):
     digit_folders(tmp_path, {"odd": slice(0, 2)})
     (tmp_path / "odd" / "three").rename(tmp_path / "odd" / "four")
