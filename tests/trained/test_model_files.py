@@ -144,6 +144,22 @@ def test_a_torchscript_export_gives_the_programs_logits(run, tmp_path, capsys):
     torch.testing.assert_close(torch.jit.load(str(out))(x), program(x))
 
 
+def test_an_onnx_export_gives_the_programs_logits(run, tmp_path):
+    """With the onnx extra (``pip install 'fedcure[onnx]'``); onnx's reference evaluator runs
+    the file."""
+    pytest.importorskip("onnxscript")
+    onnx = pytest.importorskip("onnx")
+    from onnx.reference import ReferenceEvaluator
+
+    out = tmp_path / "m.onnx"
+    assert main(["model", "export", str(run / "R"), "--format", "onnx", "--out",
+                 str(out)]) == 0
+    x = torch.rand(4, 1, 8, 8)
+    got = ReferenceEvaluator(onnx.load(str(out))).run(None, {"x": x.numpy()})[0]
+    program = torch.export.load(str(run / "R" / "model.pt2")).module()
+    np.testing.assert_allclose(got, program(x).detach().numpy(), atol=1e-5)
+
+
 def one_line_error(capsys, argv: list[str]) -> str:
     capsys.readouterr()
     assert main(argv) == 2
