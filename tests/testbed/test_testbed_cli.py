@@ -115,6 +115,10 @@ def test_a_short_testbed_runs_with_real_quotas_and_leaves_nothing(tmp_path):
         (p["uplink_mbps"], p["downlink_mbps"]) for p in profiles]
     assert "what this run demonstrates" in text and "latency spread" in text, text[-3000:]
     assert list(out.glob("*.png")), "the run's plots"
+    # the run's model in its folder, and the summary's weakest and strongest digits by name
+    assert all((out / f).is_file() for f in ("model.pt", "model.pt2", "task.toml"))
+    assert list(result["class_accuracy_by_name"]) == [str(d) for d in range(10)]
+    assert "weakest classes" in text and "strongest classes" in text, text[-3000:]
     applied = [json.loads(line) for f in out.glob("work/client*/*.applied.jsonl")
                for line in f.read_text().splitlines()]
     assert applied and {a["cpufreq"] for a in applied} == {"cgroup"}
