@@ -87,8 +87,22 @@ def _export_onnx(module: NormalisedModel, task: Any, out: Path) -> None:
     if missing:
         raise ExportError(f"--format onnx needs {' and '.join(missing)}: pip install "
                           "'fedcure[onnx]'")
-    torch.onnx.export(module, (example_input(task),), str(out), input_names=["x"],
-                      output_names=["logits"], dynamic_shapes=({0: "batch"},), dynamo=True)
+    import logging
+    import warnings
+
+    # the exporter's own chatter (progress lines, torchvision ops it skips, deprecations of
+    # torch internals) is not the user's business; an export that fails still raises
+    chatter = logging.getLogger("torch.onnx")
+    level = chatter.level
+    chatter.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            torch.onnx.export(module, (example_input(task),), str(out), input_names=["x"],
+                              output_names=["logits"], dynamic_shapes=({0: "batch"},),
+                              dynamo=True, verbose=False)
+    finally:
+        chatter.setLevel(level)
 
 
 __all__ = ["EXPORT_FORMATS", "ExportError", "NormalisedModel", "example_input",

@@ -144,16 +144,20 @@ def test_a_torchscript_export_gives_the_programs_logits(run, tmp_path, capsys):
     torch.testing.assert_close(torch.jit.load(str(out))(x), program(x))
 
 
-def test_an_onnx_export_gives_the_programs_logits(run, tmp_path):
+def test_an_onnx_export_gives_the_programs_logits_and_says_one_line(run, tmp_path, capfd):
     """With the onnx extra (``pip install 'fedcure[onnx]'``); onnx's reference evaluator runs
-    the file."""
+    the file. The exporter's progress lines and warnings are not shown."""
     pytest.importorskip("onnxscript")
     onnx = pytest.importorskip("onnx")
     from onnx.reference import ReferenceEvaluator
 
     out = tmp_path / "m.onnx"
+    capfd.readouterr()
     assert main(["model", "export", str(run / "R"), "--format", "onnx", "--out",
                  str(out)]) == 0
+    said = capfd.readouterr()
+    assert said.out.startswith(f"wrote {out} (onnx") and len(said.out.splitlines()) == 1
+    assert said.err == ""
     x = torch.rand(4, 1, 8, 8)
     got = ReferenceEvaluator(onnx.load(str(out))).run(None, {"x": x.numpy()})[0]
     program = torch.export.load(str(run / "R" / "model.pt2")).module()
