@@ -334,6 +334,9 @@ def _simulate(cfg: FedCureConfig, args: argparse.Namespace, threads: int, device
     if live is not None:
         console.print(f"live view: {live[1].url}; Prometheus: {live[1].url}metrics")
     workers = resolve_workers(args.workers)
+    if getattr(args, "test_data", None) is not None and dataset is not None:
+        console.print(f"[dim]central test set {args.test_data}: {dataset.test_size} test "
+                      "samples[/]")
     if cfg.run.executor == "batched":
         console.print(f"[dim]batched executor: one process × {threads} torch "
                       f"thread{'s' if threads > 1 else ''} on {device}[/]")

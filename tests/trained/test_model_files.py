@@ -238,6 +238,8 @@ def test_a_central_test_set_and_a_start_model(run, tmp_path, capsys):
     assert simulate("--task", str(run / "task.toml"), "--clients-data", str(run / "clients"),
                     "--test-data", str(run / "test"), "--init-model",
                     str(run / "R" / "model.pt2"), "--out", str(out)) == 0
+    images = sum(1 for f in (run / "test").rglob("*") if f.is_file())
+    assert f"{images} test samples" in " ".join(capsys.readouterr().err.split())
     result = json.loads((out / "result.json").read_text())
     assert result["evaluation"] == "central" and result["config"]["data"]["holdout"] == 0.0
     before = report(capsys, "model", "evaluate", str(run / "R"), "--data", str(run / "test"),
