@@ -280,12 +280,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         if live is not None and cfg.task is not None:
             # the clients' data read once, here rather than in the engine: the page names them
+            from fedcure_app.data.own_federation import fitted_config, load_federation_data
+
             if dataset is None:
-                from fedcure_app.data.own_federation import load_federation_data
-
                 dataset = load_federation_data(cfg)
-            from fedcure_app.data.own_federation import fitted_config
-
             live[0].read_clients(fitted_config(cfg, dataset), dataset.client_names)
         return _simulate(cfg, args, threads, device, live, initial, dataset)
     finally:
