@@ -25,6 +25,7 @@ import json
 import re
 import time
 from collections import Counter
+from datetime import datetime
 
 import pytest
 
@@ -54,6 +55,9 @@ WARM = 10
 #: seconds: the longest the test keeps a coalition's clients paused to cut its edge mid-task
 #: (well within EDGE_TIMEOUT, so that no edge round drops them)
 PAUSE_S = 1.5
+#: seconds: the oldest task the test cuts an edge in (since the cloud dispatched it): a task its
+#: edge got late (its link to the cloud had stalled and reconnected) is near its deadline
+FRESH_S = DEADLINE_MIN / 3
 
 CONFIG = f"""
 [reliability]
@@ -141,6 +145,16 @@ def _check_history(fed: Federation) -> dict:
     return state
 
 
+def _dispatch_age_s(fed: Federation, task: str) -> float:
+    """Seconds since the cloud logged dispatching ``task`` (its log's clock, to the second)."""
+    m = re.search(rf"(\d\d):(\d\d):(\d\d) \S+ fedcure\.cloud: round \d+: task "
+                  rf"{re.escape(task)} -> ", fed.log("cloud"))
+    assert m is not None, f"the cloud logged no dispatch of {task}"
+    now = datetime.now()
+    at = now.replace(hour=int(m[1]), minute=int(m[2]), second=int(m[3]), microsecond=0)
+    return (now - at).total_seconds() % 86_400
+
+
 def _serving(fed: Federation, edge: int) -> str | None:
     """The task edge ``edge`` serves now (the last one it logged taking and has not
     answered), or None."""
@@ -157,28 +171,51 @@ def _cut_mid_task(fed: Federation, edge: int) -> str:
     so that the task cannot end first however fast its edge rounds are (a few tens of ms); they
     go on within the edge timeout, and the edge finishes the task while cut. A task whose answer
     got through just before the cut (the edge heard the reply, or the cloud aggregated it and the
-    reply was lost in the cut) does not count: healed, and the next one is taken."""
+    reply was lost in the cut) does not count: healed, and a later one is taken; nor does a
+    task the cloud dispatched more than :data:`FRESH_S` ago (its edge got it late)."""
     node, cloud = fed.plan.edges[edge], fed.plan.cloud
     clients = [i for i, m in enumerate(_state(fed)["assignment"]) if m == edge]
-    for _ in range(5):
+    tries: Counter[str] = Counter()
+    #: tasks found answered after a cut: not cut in again (the edge is still resending its
+    #: answer; cutting it again and again would hold its connection down until its keepalive
+    #: gives up)
+    passed: set[str] = set()
+
+    def fresh() -> str | None:
+        task = _serving(fed, edge)
+        if task is None or task in passed:
+            return None
+        if _dispatch_age_s(fed, task) > FRESH_S:
+            passed.add(task)
+            tries[f"tasks dispatched over {FRESH_S:.0f} s before"] += 1
+            return None
+        return task
+
+    give_up = time.monotonic() + PATIENCE
+    while time.monotonic() < give_up:
         found: list[str] = []
         with fed.paused(clients):
             end = time.monotonic() + PAUSE_S
             while time.monotonic() < end and not found:
-                task = _serving(fed, edge)
+                task = fresh()
                 if task is not None:
                     netns.cut(node, cloud)
                     found.append(task)
                 else:
                     time.sleep(0.05)
-        if not found:  # the edge took no task while its clients were paused (a loaded host)
+        if not found:  # no new task while its clients were paused (a loaded host)
+            tries["pauses without a new task"] += 1
+            time.sleep(0.5)
             continue
         time.sleep(1.0)
         if (found[0] not in {t for t, _ in fed.answered(edge)}
                 and _record(_state(fed), found[0]) is None):
             return found[0]
+        tries["tasks answered before the cut"] += 1
+        passed.add(found[0])
         netns.cut(node, cloud, cut=False)
-    raise AssertionError(f"edge {edge} answered every task before it could be cut")
+    raise AssertionError(f"edge {edge} could not be cut mid-task in {PATIENCE:.0f} s: "
+                         f"{dict(tries)}; progress: {fed.progress()}")
 
 
 def _lost(fed: Federation, coalition: int) -> int:
