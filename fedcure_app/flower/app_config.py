@@ -59,6 +59,9 @@ APP_OPTION_DEFAULTS: dict[str, Any] = {
     # role "edge": the JSON file fedcure-edge writes for its ServerApp (cloud address, edge id,
     # advertised address, token, TLS files; see edge_server.settings)
     "edge-file": "",
+    # role "simulation": a model.pt / model.pt2 / safetensors file of the run's model to start
+    # from instead of a seeded fresh one ("": fresh; relative: to the ServerApp's directory)
+    "init-model": "",
 }
 
 #: The only keys whose value in ``pyproject.toml``'s ``[tool.flwr.app.config]`` differs from
@@ -90,6 +93,7 @@ class AppOptions:
     poll_interval_s: float = APP_OPTION_DEFAULTS["poll-interval"]
     discovery_timeout_s: float = APP_OPTION_DEFAULTS["discovery-timeout"]
     edge_file: str = ""
+    init_model: str = ""
 
 
 def _norm(key: str) -> str:
@@ -134,7 +138,7 @@ def app_options(run_config: Mapping[str, Any]) -> AppOptions:
         debug=flag(get("debug"), "debug"), role=role, cpufreq=cpufreq,
         edge_timeout_s=timeout if timeout > 0 else None,
         poll_interval_s=poll, discovery_timeout_s=discovery,
-        edge_file=str(get("edge-file") or ""),
+        edge_file=str(get("edge-file") or ""), init_model=str(get("init-model") or ""),
     )
 
 

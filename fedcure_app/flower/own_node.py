@@ -13,6 +13,7 @@ import hashlib
 import json
 import math
 import os
+from logging import INFO
 from pathlib import Path
 from typing import Any
 
@@ -101,10 +102,36 @@ def node_file_for_path(cfg: Any, data: str | Path, index: int) -> Path:
                       d.label_column, cfg.run.seed, index, cfg.federation.num_clients])
     digest = hashlib.blake2b(key.encode(), digest_size=12).hexdigest()
     out = cache_dirs()[0] / "nodes" / f"{digest}.npz"
-    if not out.is_file():
+    built = not out.is_file()
+    if built:
         node, _ = own_node_data(cfg, p, index=index, name=f"node-{index}")
         save_node_data(out, node)
+    if out not in _logged:  # once a process: this runs for every message
+        _logged.add(out)
+        _log_holding(cfg, out, index, built)
     return out
+
+
+#: node data files whose holding this process has logged
+_logged: set[Path] = set()
+
+
+def _log_holding(cfg: Any, node_file: Path, index: int, built: bool) -> None:
+    """One line of what node ``index`` trains on, label counts by class name, as
+    ``fedcure-client`` logs it, on Flower's logger (the SuperNode's output; nothing of it is
+    sent)."""
+    import numpy as np
+    from flwr.common import log
+
+    from fedcure_app.trained.names import counts_text, holding_text, run_classes
+
+    with np.load(node_file, allow_pickle=False) as z:
+        y = z["y"]
+        held_out = len(z["y_test"]) if "y_test" in z.files else 0
+    counts = np.bincount(y, minlength=cfg.task.num_classes).tolist()
+    log(INFO, "node %d: data-path holds %s (label counts %s, %d held out; %s %s)", index,
+        holding_text(cfg, len(y)), counts_text(counts, run_classes(cfg)), held_out,
+        "built into" if built else "cached in", node_file)
 
 
 __all__ = ["DataRefused", "node_file_for_path", "own_node_data"]

@@ -140,7 +140,10 @@ def run_simulation_role(
         "simulation", "own data (task)" if cfg.task is not None else cfg.data.dataset,
         fed.num_clients, fed.num_edges, cfg.run.global_rounds,
         cfg.method.tau_e, cfg.method.tau_c, cfg.method.formation, cfg.method.scheduler, out)
+    start = start_model(opts.init_model, cfg) if opts.init_model else None  # before any data
     federation = build_federation(cfg)
+    if start is not None:
+        federation.initial_arrays = start
     executor = FlowerExecutor(
         grid, federation.cfg.federation.num_clients,  # less the clients refused
         poll_s=opts.poll_interval_s, timeout_s=opts.edge_timeout_s,
@@ -193,6 +196,21 @@ def run_simulation_role(
 
 
 @app.main()
+def start_model(path: str, cfg: Any) -> list[Any]:
+    """The weights of the run config's ``init-model`` checked against the run's model;
+    :class:`~fedcure_app.config.ConfigError` in one line for a file that is not it."""
+    from fedcure_app.config import ConfigError
+    from fedcure_app.trained.files import ModelFileError, load_weights, run_task
+
+    file = resolve_out_dir(path)  # ~ expanded, relative to the working directory
+    try:
+        arrays = load_weights(file, run_task(cfg))
+    except ModelFileError as err:
+        raise ConfigError(f"init-model: {err}") from None
+    log(INFO, "[fedcure] starting from the model in %s", file)
+    return arrays
+
+
 def main(grid: Grid, context: Context) -> None:
     """Entry point under ``flwr run`` / the Simulation Runtime."""
     from fedcure_app.runtime.threads import apply_thread_policy
@@ -243,4 +261,4 @@ def _report_failure(err: BaseException, reason: str, opts: AppOptions | None,
 
 
 __all__ = ["QuietFailure", "RunFailed", "app", "quiet_flower_failure", "resolve_out_dir",
-           "results_dir", "run_simulation_role", "simulation_config"]
+           "results_dir", "run_simulation_role", "simulation_config", "start_model"]

@@ -50,6 +50,23 @@ def test_a_data_path_node_trains_on_its_own_rows(data):
     assert again is not None and list((tmp_path / "cache" / "nodes").glob("*.npz")) == built
 
 
+def test_a_data_path_node_logs_its_label_counts_by_class_name(data, caplog):
+    _, csv = data
+    from fedcure_app.flower import own_node
+
+    caplog.set_level("INFO", logger="flwr")
+    for _ in range(2):  # a message each: one line
+        client_app.deployed_state(context({"data-path": str(csv), "partition-id": 1}))
+    own_node._logged.clear()  # another process, the file already built
+    client_app._deployed.clear()
+    client_app.deployed_state(context({"data-path": str(csv), "partition-id": 1}))
+    lines = [r.getMessage() for r in caplog.records if "data-path holds" in r.getMessage()]
+    assert len(lines) == 2 and "built into" in lines[0] and "cached in" in lines[1]
+    for line in lines:
+        assert "node 1: data-path holds task, 36 samples (label counts {lo: 18, hi: 18}, " \
+               "4 held out;" in line, line
+
+
 def test_a_data_path_node_needs_an_identity_and_a_task(data):
     _, csv = data
     with pytest.raises(ValueError, match="no client-id or partition-id"):
