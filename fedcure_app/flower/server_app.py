@@ -195,7 +195,6 @@ def run_simulation_role(
     return result
 
 
-@app.main()
 def start_model(path: str, cfg: Any) -> list[Any]:
     """The weights of the run config's ``init-model`` checked against the run's model;
     :class:`~fedcure_app.config.ConfigError` in one line for a file that is not it."""
@@ -211,6 +210,7 @@ def start_model(path: str, cfg: Any) -> list[Any]:
     return arrays
 
 
+@app.main()
 def main(grid: Grid, context: Context) -> None:
     """Entry point under ``flwr run`` / the Simulation Runtime."""
     from fedcure_app.runtime.threads import apply_thread_policy

@@ -84,3 +84,11 @@ def test_init_model_of_another_model_is_refused_in_one_line(flwr_run):
         rc["init-model"] = str(tmp_path / "missing.pt")
         with task_identity():
             run_simulation_role(clientapp_grid(rc, 3), rc, run_id=10)
+
+
+def test_the_server_apps_entry_point_is_main():
+    """``flwr run`` calls ``app``'s registered function with (grid, context): it must be
+    ``main`` (a helper defined between the decorator and ``main`` once took its place)."""
+    from fedcure_app.flower import server_app
+
+    assert server_app.app._main is server_app.main
