@@ -1,7 +1,7 @@
 """``fedcure model``: what comes after training, on the model a run left in its folder.
 
     fedcure model evaluate RUN --data PATH [--plot confusion.png] [--json]
-    fedcure model predict RUN FILE... [--top K]
+    fedcure model predict RUN FILE|FOLDER... [--top K]
     fedcure model export RUN --format pt2|onnx|torchscript --out FILE
     fedcure model info RUN
 
@@ -40,7 +40,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                          "its probability (the top K with --top).")
     pr.add_argument("run", metavar="RUN", help="run folder")
     pr.add_argument("files", nargs="+", metavar="FILE", help="image files, or CSV files whose "
-                    "rows are inputs (a label column is ignored)")
+                    "rows are inputs (a label column is ignored); a folder: every such file "
+                    "in it")
     pr.add_argument("--top", type=int, default=1, metavar="K", help="classes shown per input")
     pr.add_argument("--label-column", default="label", help="column of CSV rows to ignore")
     pr.add_argument("--json", action="store_true", help="print the predictions as JSON")
@@ -102,11 +103,11 @@ def run_predict(args: argparse.Namespace) -> int:
     run = load_run(args.run)
     got = predict_files(run, args.files, args.top, args.label_column)
     if args.json:
-        print(json.dumps(got, indent=1))
+        print(json.dumps(list(got), indent=1))
         return 0
-    for row in got:
+    for row in got:  # printed as each chunk is predicted
         shown = ", ".join(f"{t['class']} {t['probability']:.3f}" for t in row["top"])
-        print(f"{row['input']}: {shown}")
+        print(f"{row['input']}: {shown}", flush=True)
     return 0
 
 

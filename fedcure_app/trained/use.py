@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import json
 from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -170,18 +171,57 @@ def inputs_of(run: RunModel, files: list[str | Path], label_column: str = "label
     return out
 
 
+#: files whose inputs :func:`predict_files` holds in memory at once
+PREDICT_CHUNK = 256
+
+
+def expand_inputs(run: RunModel, paths: list[str | Path]) -> list[Path]:
+    """``paths`` with each folder replaced by the files in it (and its subfolders, sorted,
+    hidden ones left out) that the task reads: images, or ``.csv`` files for a tabular task.
+    A folder holding none of them is refused in one line naming it; a file is kept as given
+    (:func:`inputs_of` refuses it if it does not fit)."""
+    from fedcure_app.data.own_images import IMAGE_SUFFIXES
+
+    wanted = (".csv",) if run.task.kind == "tabular" else IMAGE_SUFFIXES
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if not p.is_dir():
+            out.append(p)
+            continue
+        found = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in wanted
+                       and not any(part.startswith(".") for part in f.relative_to(p).parts))
+        if not found:
+            raise ClientDataError(f"{p}: a folder with no {'/'.join(w[1:] for w in wanted)} "
+                                  "files in it")
+        out += found
+    return out
+
+
 def predict_files(run: RunModel, files: list[str | Path], top: int = 1,
-                  label_column: str = "label") -> list[dict[str, Any]]:
-    """Per input: its name and the ``top`` classes with their probabilities (softmax)."""
-    got = inputs_of(run, files, label_column)
-    if not got:
-        return []
-    probs = torch.softmax(logits(run, np.stack([x for _, x in got])), dim=1)
-    k = max(1, min(top, run.task.num_classes))
-    values, index = probs.topk(k, dim=1)
-    return [{"input": name, "top": [{"class": run.task.classes[int(i)], "probability": float(p)}
-                                    for p, i in zip(values[n], index[n])]}
-            for n, (name, _) in enumerate(got)]
+                  label_column: str = "label") -> Iterator[dict[str, Any]]:
+    """Per input, in order: its name and the ``top`` classes with their probabilities
+    (softmax). A folder stands for the files in it (:func:`expand_inputs`); every path is
+    checked before the first prediction, and at most :data:`PREDICT_CHUNK` files' inputs are
+    held at once (a file that does not fit is refused when its chunk is read)."""
+    paths = expand_inputs(run, files)
+    missing = next((p for p in paths if not p.is_file()), None)
+    if missing is not None:
+        raise ClientDataError(f"{missing}: no such file")
+    return _predictions(run, paths, max(1, min(top, run.task.num_classes)), label_column)
+
+
+def _predictions(run: RunModel, paths: list[Path], k: int, label_column: str
+                 ) -> Iterator[dict[str, Any]]:
+    for start in range(0, len(paths), PREDICT_CHUNK):
+        got = inputs_of(run, paths[start:start + PREDICT_CHUNK], label_column)
+        if not got:
+            continue
+        probs = torch.softmax(logits(run, np.stack([x for _, x in got])), dim=1)
+        values, index = probs.topk(k, dim=1)
+        for n, (name, _) in enumerate(got):
+            yield {"input": name, "top": [{"class": run.task.classes[int(i)],
+                                           "probability": float(p)}
+                                          for p, i in zip(values[n], index[n])]}
 
 
 def plot_confusion(report: dict[str, Any], path: str | Path) -> Path:
@@ -210,5 +250,5 @@ def plot_confusion(report: dict[str, Any], path: str | Path) -> Path:
     return Path(path)
 
 
-__all__ = ["RunModel", "evaluate_data", "inputs_of", "load_run", "logits", "model_input",
-           "plot_confusion", "predict_files"]
+__all__ = ["PREDICT_CHUNK", "RunModel", "evaluate_data", "expand_inputs", "inputs_of",
+           "load_run", "logits", "model_input", "plot_confusion", "predict_files"]

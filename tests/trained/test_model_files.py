@@ -196,6 +196,34 @@ def test_data_with_a_class_the_task_lacks_is_refused_naming_the_folder(run, tmp_
     assert str(tmp_path / "odd" / "four") in err
 
 
+def test_predict_on_a_folder_predicts_every_image_in_it_in_chunks(run, tmp_path, capsys,
+                                                                   monkeypatch):
+    import shutil
+
+    from fedcure_app.trained import use
+
+    folder = tmp_path / "test"
+    shutil.copytree(run / "test", folder)
+    files = sorted(folder.rglob("*.png"))
+    capsys.readouterr()
+    assert main(["model", "predict", str(run / "R"), *map(str, files), "--json"]) == 0
+    one_by_one = json.loads(capsys.readouterr().out)
+    monkeypatch.setattr(use, "PREDICT_CHUNK", 7)  # several chunks, the last one short
+    (folder / ".hidden").mkdir()
+    (folder / ".hidden" / "x.png").write_bytes(b"not an image")  # left out
+    (folder / "notes.txt").write_text("left out")
+    assert main(["model", "predict", str(run / "R"), str(folder), "--json"]) == 0
+    from_folder = json.loads(capsys.readouterr().out)
+    assert [r["input"] for r in from_folder] == [str(f) for f in files]
+    for a, b in zip(one_by_one, from_folder):
+        assert a["top"][0]["class"] == b["top"][0]["class"]
+        assert abs(a["top"][0]["probability"] - b["top"][0]["probability"]) < 1e-5
+    (tmp_path / "empty" / "sub").mkdir(parents=True)
+    (tmp_path / "empty" / "sub" / "a.txt").write_text("no image")
+    err = one_line_error(capsys, ["model", "predict", str(run / "R"), str(tmp_path / "empty")])
+    assert f"{tmp_path / 'empty'}: a folder with no png/jpg/jpeg files in it" in err
+
+
 def test_images_of_another_size_are_refused_naming_the_file(run, tmp_path, capsys):
     from PIL import Image
 

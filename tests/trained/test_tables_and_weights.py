@@ -44,6 +44,19 @@ def test_predict_gives_one_line_per_row_with_or_without_the_label_column(tables,
         assert [task.classes.index(g["top"][0]["class"]) for g in got] == want
 
 
+def test_predict_on_a_folder_takes_every_csv_in_it(tables, tmp_path, capsys):
+    import shutil
+
+    base = tables[0]
+    for name in ("rows.csv", "bare.csv"):
+        shutil.copy(base / name, tmp_path / name)
+    (tmp_path / "readme.txt").write_text("left out")
+    capsys.readouterr()
+    assert main(["model", "predict", str(base / "R"), str(tmp_path), "--json"]) == 0
+    got = [g["input"] for g in json.loads(capsys.readouterr().out)]
+    assert got == [f"{tmp_path / n}:{i}" for n in ("bare.csv", "rows.csv") for i in range(1, 6)]
+
+
 def test_evaluate_scores_every_row_of_a_csv(tables, capsys):
     base, _, _, _, labels = tables
     capsys.readouterr()
