@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import csv
 import json
-from dataclasses import dataclass
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -151,15 +151,14 @@ def _feature_rows(path: Path, label_column: str, features: int) -> np.ndarray:
 
 def inputs_of(run: RunModel, files: list[str | Path], label_column: str = "label"
               ) -> list[tuple[str, np.ndarray]]:
-    """(name, model input) per image file or CSV row of ``files``, refused in one line naming
-    the file when it does not fit the task."""
+    """(name, model input) per image file or CSV row of ``files`` (existing files:
+    :func:`expand_inputs`), refused in one line naming the file when it does not fit the
+    task."""
     from fedcure_app.data.own_images import decode_files
 
     task = run.task
     out: list[tuple[str, np.ndarray]] = []
     for f in map(Path, files):
-        if not f.is_file():
-            raise ClientDataError(f"{f}: no such file")
         if task.kind == "tabular":
             if f.suffix.lower() != ".csv":
                 raise ClientDataError(f"{f}: not a .csv file, the task's kind is tabular")
@@ -178,16 +177,18 @@ PREDICT_CHUNK = 256
 def expand_inputs(run: RunModel, paths: list[str | Path]) -> list[Path]:
     """``paths`` with each folder replaced by the files in it (and its subfolders, sorted,
     hidden ones left out) that the task reads: images, or ``.csv`` files for a tabular task.
-    A folder holding none of them is refused in one line naming it; a file is kept as given
-    (:func:`inputs_of` refuses it if it does not fit)."""
+    A path that does not exist, or a folder holding none of them, is refused in one line
+    naming it; a file is kept as given (:func:`inputs_of` refuses it if it does not fit)."""
     from fedcure_app.data.own_images import IMAGE_SUFFIXES
 
     wanted = (".csv",) if run.task.kind == "tabular" else IMAGE_SUFFIXES
     out: list[Path] = []
     for p in map(Path, paths):
-        if not p.is_dir():
+        if p.is_file():
             out.append(p)
             continue
+        if not p.is_dir():
+            raise ClientDataError(f"{p}: no such file")
         found = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in wanted
                        and not any(part.startswith(".") for part in f.relative_to(p).parts))
         if not found:
@@ -204,9 +205,6 @@ def predict_files(run: RunModel, files: list[str | Path], top: int = 1,
     checked before the first prediction, and at most :data:`PREDICT_CHUNK` files' inputs are
     held at once (a file that does not fit is refused when its chunk is read)."""
     paths = expand_inputs(run, files)
-    missing = next((p for p in paths if not p.is_file()), None)
-    if missing is not None:
-        raise ClientDataError(f"{missing}: no such file")
     return _predictions(run, paths, max(1, min(top, run.task.num_classes)), label_column)
 
 

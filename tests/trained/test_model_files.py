@@ -222,6 +222,9 @@ def test_predict_on_a_folder_predicts_every_image_in_it_in_chunks(run, tmp_path,
     (tmp_path / "empty" / "sub" / "a.txt").write_text("no image")
     err = one_line_error(capsys, ["model", "predict", str(run / "R"), str(tmp_path / "empty")])
     assert f"{tmp_path / 'empty'}: a folder with no png/jpg/jpeg files in it" in err
+    err = one_line_error(capsys, ["model", "predict", str(run / "R"), str(files[0]),
+                                  str(tmp_path / "gone.png")])
+    assert f"{tmp_path / 'gone.png'}: no such file" in err
 
 
 def test_images_of_another_size_are_refused_naming_the_file(run, tmp_path, capsys):
